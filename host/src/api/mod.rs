@@ -1,0 +1,160 @@
+//! HTTP: health, the plugin list, and the admin endpoints (enable, disable, reload,
+//! dry-run validate). `app(state)` builds the router so tests can call it without a socket.
+
+mod error;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use error::ApiError;
+
+use crate::config::Config;
+use crate::plugins::{PluginRegistry, SendContext, SenderKind};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub registry: Arc<PluginRegistry>,
+    /// The config in force (replaced on a successful reload).
+    pub config: Arc<Mutex<Config>>,
+    /// The file a reload re-reads; `None`: embedded defaults (and environment).
+    pub config_path: Option<PathBuf>,
+}
+
+impl AppState {
+    pub fn new(registry: Arc<PluginRegistry>, config: Config, config_path: Option<PathBuf>) -> AppState {
+        AppState { registry, config: Arc::new(Mutex::new(config)), config_path }
+    }
+
+    /// Re-reads the config file and reloads the plugins. CPU-heavy (compiles what changed):
+    /// call from a blocking thread.
+    pub fn reload(&self) -> Result<Vec<crate::plugins::PluginInfo>, String> {
+        let config = Config::load(self.config_path.as_deref()).map_err(|e| e.to_string())?;
+        let list = self.registry.reload(&config).map_err(|e| e.to_string())?;
+        *self.config.lock().expect("config lock") = config;
+        Ok(list)
+    }
+
+    fn admin_token(&self) -> Option<String> {
+        self.config.lock().expect("config lock").server.admin_token.clone()
+    }
+}
+
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/plugins", get(list_plugins))
+        .route("/admin/plugins", get(admin_list))
+        .route("/admin/plugins/{name}/enable", post(enable))
+        .route("/admin/plugins/{name}/disable", post(disable))
+        .route("/admin/plugins/reload", post(reload))
+        .route("/admin/validate", post(dry_run))
+        .with_state(state)
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn list_plugins(State(s): State<AppState>) -> Json<Value> {
+    Json(json!({ "plugins": s.registry.list() }))
+}
+
+fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = s.admin_token() else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_disabled",
+            "the admin endpoints are off: set server.admin_token in the config",
+        ));
+    };
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+        _ => Err(ApiError::unauthorized()),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn admin_list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    Ok(Json(json!({ "plugins": s.registry.list() })))
+}
+
+async fn enable(State(s): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    switch(s, headers, name, true)
+}
+
+async fn disable(State(s): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    switch(s, headers, name, false)
+}
+
+fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    let info = s
+        .registry
+        .set_enabled(&name, on)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "plugin_not_found", format!("no plugin named {name:?}")))?;
+    Ok(Json(json!({ "plugin": info })))
+}
+
+async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    let state = s.clone();
+    let result = tokio::task::spawn_blocking(move || state.reload())
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    match result {
+        Ok(list) => Ok(Json(json!({ "plugins": list }))),
+        Err(message) => Err(ApiError::new(StatusCode::CONFLICT, "reload_refused", message)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct DryRun {
+    content_type: u32,
+    conversation_type: u8,
+    /// The payload as a JSON value (sent to the plugin as its JSON text).
+    payload: Value,
+    /// Validate as the server itself (system kinds).
+    #[serde(default)]
+    as_system: bool,
+}
+
+/// Runs the send path's plugin checks on a payload without sending anything.
+async fn dry_run(State(s): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    let req: DryRun = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?;
+    let payload = req.payload.to_string();
+    let registry = s.registry.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let ctx = SendContext {
+            sender_id: if req.as_system { "system" } else { "admin" },
+            sender: if req.as_system { SenderKind::System } else { SenderKind::User },
+            conversation_type: req.conversation_type,
+            conversation_id: "dry-run",
+        };
+        registry
+            .validate(req.content_type, &ctx, payload.as_bytes())
+            .map(|v| (v.payload.clone(), registry.preview(req.content_type, &v.payload)))
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let (normalized, preview) = result?;
+    let payload: Value = serde_json::from_str(&normalized).unwrap_or(Value::String(normalized));
+    Ok(Json(json!({ "payload": payload, "preview": preview })))
+}

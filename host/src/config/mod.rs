@@ -1,0 +1,219 @@
+//! The one typed configuration: embedded defaults, then a TOML file, then `COURIER_…`
+//! environment variables (`__` separates nesting: `COURIER_SERVER__LISTEN`). Unknown keys
+//! are errors that name the key. `check()` runs at start-up and on every reload.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config {path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("config: {0}")]
+    Check(String),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub runtime: RuntimeConfig,
+    /// `[plugins.<name>]`: per-plugin switches, paths and pins, keyed by manifest name.
+    pub plugins: BTreeMap<String, PluginEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address the HTTP/WebSocket listener binds.
+    pub listen: SocketAddr,
+    /// Bearer token for `/admin/*`. Without it the admin endpoints answer `admin_disabled`.
+    pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Reuse warm instances from a pool; recycle on trap, after N calls or above a memory mark.
+    Pooled,
+    /// A new store and instance from the pre-instantiated template for every call.
+    Fresh,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Load the plugins bundled with the server.
+    pub builtins: bool,
+    /// Also load every `*.wasm` file in this directory.
+    pub dir: Option<PathBuf>,
+    /// Fuel (≈ wasm instructions) one call may use before it is stopped.
+    pub fuel_per_call: u64,
+    /// Linear memory one plugin instance may grow to, in MiB.
+    pub memory_mib: u32,
+    pub isolation: Isolation,
+    /// Pooled mode: an instance is dropped after this many calls…
+    pub recycle_after_calls: u64,
+    /// …or once its memory has grown past this many MiB.
+    pub recycle_above_mib: u32,
+    /// The circuit breaker switches a plugin off after this many failed calls (trap,
+    /// budget, memory)…
+    pub breaker_failures: u32,
+    /// …within this many seconds.
+    pub breaker_window_secs: u64,
+    /// Where compiled plugins are cached between starts (keyed by file hash and engine).
+    /// Unset: no cache.
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginEntry {
+    pub enabled: bool,
+    /// A `.wasm` component to load for this name (overrides a bundled plugin of that name).
+    pub path: Option<PathBuf>,
+    /// Refuse to load unless the file's SHA-256 (hex) is this.
+    pub sha256: Option<String>,
+    /// Overrides `runtime.fuel_per_call` for this plugin.
+    pub fuel_per_call: Option<u64>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self { listen: SocketAddr::from(([127, 0, 0, 1], 8080)), admin_token: None }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            builtins: true,
+            dir: None,
+            fuel_per_call: 50_000_000,
+            memory_mib: 64,
+            isolation: Isolation::Pooled,
+            recycle_after_calls: 100_000,
+            recycle_above_mib: 32,
+            breaker_failures: 5,
+            breaker_window_secs: 60,
+            cache_dir: None,
+        }
+    }
+}
+
+impl Default for PluginEntry {
+    fn default() -> Self {
+        Self { enabled: true, path: None, sha256: None, fuel_per_call: None }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { server: ServerConfig::default(), runtime: RuntimeConfig::default(), plugins: BTreeMap::new() }
+    }
+}
+
+impl Config {
+    /// Defaults, then `file` (if any), then `COURIER_…` environment variables; then `check()`.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.is_file() {
+                return Err(ConfigError::Invalid {
+                    path: file.display().to_string(),
+                    message: "no such file".into(),
+                });
+            }
+            fig = fig.merge(Toml::file_exact(file));
+        }
+        fig = fig.merge(Env::prefixed("COURIER_").split("__"));
+        let config: Config = fig.extract().map_err(|e| ConfigError::Invalid {
+            path: file.map(|f| f.display().to_string()).unwrap_or_else(|| "(defaults)".into()),
+            message: e.to_string(),
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text alone (no environment), then `check()`. Used by tests and tools.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(|e| ConfigError::Invalid { path: "(inline)".into(), message: e.to_string() })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Checks what types cannot: ranges and formats.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let r = &self.runtime;
+        if r.fuel_per_call < 10_000 {
+            return Err(ConfigError::Check("runtime.fuel_per_call must be at least 10000".into()));
+        }
+        if !(1..=4096).contains(&r.memory_mib) {
+            return Err(ConfigError::Check("runtime.memory_mib must be between 1 and 4096".into()));
+        }
+        if r.recycle_after_calls == 0 || r.breaker_failures == 0 || r.breaker_window_secs == 0 {
+            return Err(ConfigError::Check(
+                "runtime.recycle_after_calls, breaker_failures and breaker_window_secs must be positive".into(),
+            ));
+        }
+        if let Some(token) = &self.server.admin_token
+            && token.len() < 16
+        {
+            return Err(ConfigError::Check("server.admin_token must be at least 16 characters".into()));
+        }
+        for (name, entry) in &self.plugins {
+            if let Some(pin) = &entry.sha256
+                && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return Err(ConfigError::Check(format!(
+                    "plugins.{name}.sha256 must be 64 hex digits"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_no_file() {
+        let c = Config::from_toml("").unwrap();
+        assert!(c.runtime.builtins);
+        assert_eq!(c.runtime.isolation, Isolation::Pooled);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::from_toml("[runtime]\nfuel = 5\n").unwrap_err().to_string();
+        assert!(err.contains("fuel"), "{err}");
+        let err = Config::from_toml("[plugins.text]\nenable = false\n").unwrap_err().to_string();
+        assert!(err.contains("enable"), "{err}");
+    }
+
+    #[test]
+    fn plugin_entries_parse() {
+        let c = Config::from_toml(
+            "[plugins.text]\nenabled = false\n[plugins.poll]\npath = \"/x/poll.wasm\"\nsha256 = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"\n",
+        )
+        .unwrap();
+        assert!(!c.plugins["text"].enabled);
+        assert!(c.plugins["poll"].enabled);
+    }
+
+    #[test]
+    fn bad_pin_is_refused() {
+        let err = Config::from_toml("[plugins.text]\nsha256 = \"abc\"\n").unwrap_err().to_string();
+        assert!(err.contains("plugins.text.sha256"), "{err}");
+    }
+}

@@ -1,0 +1,7 @@
+//! Courier: an instant-messaging server whose message kinds are WebAssembly plugins.
+//! See ARCHITECTURE.md for the code map and the invariants.
+
+pub mod api;
+pub mod config;
+pub mod plugins;
+pub mod server;

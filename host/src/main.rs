@@ -1,0 +1,119 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use courier::plugins::check::{CheckOptions, check_file};
+
+/// Courier: an instant-messaging server whose message kinds are WebAssembly plugins.
+#[derive(Parser)]
+#[command(name = "courier", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (embedded defaults when no config is given).
+    Serve {
+        /// TOML config file (see courier.example.toml).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Work with plugins.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Run the contract suite against a plugin component; exits non-zero if a check fails.
+    Check {
+        /// The `.wasm` component to check.
+        file: PathBuf,
+        /// Data-driven cases: DIR/<case>/input.json with expected.json or error.txt.
+        #[arg(long)]
+        cases: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Fuel budget per call.
+        #[arg(long, default_value_t = CheckOptions::default().fuel_per_call)]
+        fuel: u64,
+        /// Memory cap per instance, in MiB.
+        #[arg(long, default_value_t = CheckOptions::default().memory_mib)]
+        memory_mib: u32,
+        /// Number of fuzzed inputs.
+        #[arg(long, default_value_t = CheckOptions::default().fuzz)]
+        fuzz: usize,
+    },
+    /// Load the plugins a config asks for (start-up checks included) and list them.
+    List {
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(courier::server::serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Plugin(PluginCommand::Check { file, cases, json, fuel, memory_mib, fuzz }) => {
+            let opts = CheckOptions { cases, fuel_per_call: fuel, memory_mib, fuzz, ..CheckOptions::default() };
+            let report = check_file(&file, &opts);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+            } else {
+                print!("{}", report.render());
+            }
+            if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Command::Plugin(PluginCommand::List { config }) => {
+            let config = match courier::config::Config::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match courier::plugins::PluginRegistry::load(&config) {
+                Ok(reg) => {
+                    println!("{:<16} {:>6}  {:<10} {:<6} {:<8} {:<8} source", "name", "type", "delivery", "unread", "sender", "enabled");
+                    for p in reg.list() {
+                        let m = &p.manifest;
+                        println!(
+                            "{:<16} {:>6}  {:<10} {:<6} {:<8} {:<8} {}",
+                            m.name, m.content_type, m.delivery.to_string(), m.counts_unread, format!("{:?}", m.sender).to_lowercase(), p.enabled, p.source
+                        );
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: the plugins did not load:\n{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! A plugin's manifest as the host keeps it, and the sanity rules every manifest must meet.
+
+use serde::Serialize;
+
+use super::bindings::{WitDelivery, WitManifest, WitSender};
+
+/// Largest payload any plugin may declare (the gateway's frame limit is above this).
+pub const MAX_PAYLOAD_CEILING: u32 = 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    Persistent,
+    Live,
+    Latest,
+    Droppable,
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Delivery::Persistent => "persistent",
+            Delivery::Live => "live",
+            Delivery::Latest => "latest",
+            Delivery::Droppable => "droppable",
+        })
+    }
+}
+
+impl Delivery {
+    /// Stored and pulled by seq (as opposed to pushed to online devices only).
+    pub fn is_stored(self) -> bool {
+        self == Delivery::Persistent
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SenderKind {
+    User,
+    System,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub content_type: u32,
+    pub delivery: Delivery,
+    pub counts_unread: bool,
+    pub conversation_types: Vec<u8>,
+    pub sender: SenderKind,
+    pub max_payload_bytes: u32,
+    pub description: String,
+}
+
+impl From<WitManifest> for Manifest {
+    fn from(m: WitManifest) -> Self {
+        Manifest {
+            name: m.name,
+            version: m.version,
+            content_type: m.content_type,
+            delivery: match m.delivery {
+                WitDelivery::Persistent => Delivery::Persistent,
+                WitDelivery::Live => Delivery::Live,
+                WitDelivery::Latest => Delivery::Latest,
+                WitDelivery::Droppable => Delivery::Droppable,
+            },
+            counts_unread: m.counts_unread,
+            conversation_types: m.conversation_types,
+            sender: match m.sender {
+                WitSender::User => SenderKind::User,
+                WitSender::System => SenderKind::System,
+            },
+            max_payload_bytes: m.max_payload_bytes,
+            description: m.description,
+        }
+    }
+}
+
+impl Manifest {
+    /// Every rule a manifest must meet; each problem is one sentence.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 32
+            && self.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !self.name.starts_with('-');
+        if !name_ok {
+            p.push(format!("name {:?} must be 1-32 characters of a-z, 0-9 and -", self.name));
+        }
+        if !is_semver(&self.version) {
+            p.push(format!("version {:?} must be semver (MAJOR.MINOR.PATCH)", self.version));
+        }
+        if self.content_type == 0 {
+            p.push("content type 0 is reserved".into());
+        }
+        if self.conversation_types.is_empty() {
+            p.push("conversation types must not be empty".into());
+        }
+        let mut seen = [false; 4];
+        for &t in &self.conversation_types {
+            match seen.get_mut(t as usize) {
+                Some(s) if !*s => *s = true,
+                Some(_) => p.push(format!("conversation type {t} is listed twice")),
+                None => p.push(format!("conversation type {t} is not one of 0 (user), 1 (private), 2 (group), 3 (channel)")),
+            }
+        }
+        if !self.delivery.is_stored() && self.counts_unread {
+            p.push(format!("a {} kind is never stored, so it cannot count toward unread", self.delivery));
+        }
+        if !self.delivery.is_stored() && self.conversation_types.contains(&0) {
+            p.push("the user stream (conversation type 0) only holds persistent kinds".into());
+        }
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_CEILING {
+            p.push(format!("max payload bytes must be between 1 and {MAX_PAYLOAD_CEILING}"));
+        }
+        if self.description.trim().is_empty() || self.description.len() > 300 {
+            p.push("description must be 1-300 bytes".into());
+        }
+        p
+    }
+}
+
+fn is_semver(v: &str) -> bool {
+    let core = v.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text() -> Manifest {
+        Manifest {
+            name: "text".into(),
+            version: "1.0.0".into(),
+            content_type: 1,
+            delivery: Delivery::Persistent,
+            counts_unread: true,
+            conversation_types: vec![1, 2, 3],
+            sender: SenderKind::User,
+            max_payload_bytes: 16384,
+            description: "plain text".into(),
+        }
+    }
+
+    #[test]
+    fn a_good_manifest_has_no_problems() {
+        assert!(text().problems().is_empty());
+    }
+
+    #[test]
+    fn every_rule_names_its_problem() {
+        let m = Manifest {
+            name: "Bad Name".into(),
+            version: "one".into(),
+            content_type: 0,
+            delivery: Delivery::Live,
+            counts_unread: true,
+            conversation_types: vec![0, 1, 1, 7],
+            max_payload_bytes: 0,
+            description: " ".into(),
+            ..text()
+        };
+        let p = m.problems().join("\n");
+        for needle in ["name", "semver", "reserved", "listed twice", "7 is not", "cannot count", "user stream", "max payload", "description"] {
+            assert!(p.contains(needle), "missing {needle:?} in\n{p}");
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The sandbox: one wasmtime engine, the linker that defines what a plugin may import, and
+//! the per-plugin instance pool that runs every call under a fuel budget and a memory cap.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{LogLevel, Plugin as Bindings, PluginPre, courier::plugin::log};
+use crate::config::{Isolation, RuntimeConfig};
+
+/// Budgets applied to every call of one plugin.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub fuel_per_call: u64,
+    pub memory_bytes: usize,
+    pub isolation: Isolation,
+    pub recycle_after_calls: u64,
+    pub recycle_above_bytes: usize,
+}
+
+impl Limits {
+    pub fn from_config(c: &RuntimeConfig, fuel_override: Option<u64>) -> Limits {
+        Limits {
+            fuel_per_call: fuel_override.unwrap_or(c.fuel_per_call),
+            memory_bytes: c.memory_mib as usize * 1024 * 1024,
+            isolation: c.isolation,
+            recycle_after_calls: c.recycle_after_calls,
+            recycle_above_bytes: c.recycle_above_mib as usize * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a call into a plugin failed (as opposed to the plugin rejecting a payload).
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum CallFailure {
+    #[error("exceeded its budget of {fuel} fuel units (an endless loop?)")]
+    Budget { fuel: u64 },
+    #[error("asked to grow its memory to {asked} bytes, over the cap of {cap} bytes")]
+    Memory { asked: usize, cap: usize },
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+/// What a call cost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallCost {
+    pub fuel: u64,
+    pub memory_bytes: usize,
+    pub micros: u64,
+}
+
+/// The engine and linker shared by every plugin.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+}
+
+impl Runtime {
+    pub fn new() -> wasmtime::Result<Runtime> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.consume_fuel(true);
+        // Plugins are small and called often: spend compile time for faster calls.
+        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        // WASI is linked because standard guest toolchains import it, but the context is
+        // inert: no preopened directories, no sockets, no name lookup, no environment,
+        // a frozen clock, fixed random seed, stdio discarded. See `loader::ALLOWED_WASI`.
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Bindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
+        Ok(Runtime { engine, linker })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn linker(&self) -> &Linker<HostState> {
+        &self.linker
+    }
+
+    /// Compiles a component (the expensive step: done once per file).
+    pub fn compile(&self, bytes: &[u8]) -> wasmtime::Result<Component> {
+        Component::new(&self.engine, bytes)
+    }
+
+    /// Resolves a component's imports against the linker, once.
+    pub fn prepare(&self, component: &Component) -> wasmtime::Result<PluginPre<HostState>> {
+        PluginPre::new(self.linker.instantiate_pre(component)?)
+    }
+}
+
+/// Per-store state: the inert WASI context and the memory limiter.
+pub struct HostState {
+    plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    log_lines: u32,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// At most this many log lines per instance between recycles; longer lines are cut.
+const MAX_LOG_LINES: u32 = 1000;
+const MAX_LOG_BYTES: usize = 512;
+
+impl log::Host for HostState {
+    fn log(&mut self, level: LogLevel, message: String) {
+        if self.log_lines >= MAX_LOG_LINES {
+            return;
+        }
+        self.log_lines += 1;
+        let mut msg = message;
+        if msg.len() > MAX_LOG_BYTES {
+            let mut end = MAX_LOG_BYTES;
+            while !msg.is_char_boundary(end) {
+                end -= 1;
+            }
+            msg.truncate(end);
+        }
+        let plugin = &*self.plugin;
+        match level {
+            LogLevel::Debug => tracing::debug!(plugin, "{msg}"),
+            LogLevel::Info => tracing::info!(plugin, "{msg}"),
+            LogLevel::Warn => tracing::warn!(plugin, "{msg}"),
+            LogLevel::Error => tracing::error!(plugin, "{msg}"),
+        }
+    }
+}
+
+/// Caps linear memory; a refused growth traps with a [`MemoryCapExceeded`] that says so.
+struct MemoryLimiter {
+    cap: usize,
+    current: usize,
+}
+
+#[derive(Debug)]
+struct MemoryCapExceeded {
+    asked: usize,
+    cap: usize,
+}
+
+impl std::fmt::Display for MemoryCapExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "memory growth to {} bytes exceeds the cap of {} bytes", self.asked, self.cap)
+    }
+}
+
+impl std::error::Error for MemoryCapExceeded {}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            return Err(wasmtime::Error::new(MemoryCapExceeded { asked: desired, cap: self.cap }));
+        }
+        self.current = self.current.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// The inert WASI context every plugin store gets.
+fn inert_wasi() -> WasiCtx {
+    use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
+    struct Frozen;
+    impl HostWallClock for Frozen {
+        fn resolution(&self) -> std::time::Duration {
+            std::time::Duration::from_secs(1)
+        }
+        fn now(&self) -> std::time::Duration {
+            std::time::Duration::ZERO
+        }
+    }
+    impl HostMonotonicClock for Frozen {
+        fn resolution(&self) -> u64 {
+            1_000_000_000
+        }
+        fn now(&self) -> u64 {
+            0
+        }
+    }
+    let mut b = WasiCtx::builder();
+    b.wall_clock(Frozen)
+        .monotonic_clock(Frozen)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .insecure_random_seed(0)
+        .secure_random(seeded_rng())
+        .insecure_random(seeded_rng());
+    b.build()
+}
+
+/// A seeded generator: plugins must be deterministic, so "random" is reproducible.
+fn seeded_rng() -> impl wasmtime_wasi::Rng + Send + 'static {
+    use rand::SeedableRng;
+    rand::rngs::StdRng::seed_from_u64(0x00c0_0e1e)
+}
+
+/// One live instance and its store.
+struct Slot {
+    store: Store<HostState>,
+    bindings: Bindings,
+    calls: u64,
+}
+
+/// The instances of one plugin. In `Pooled` mode warm instances are reused; a trapped
+/// instance is never entered again. In `Fresh` mode every call gets a new one.
+pub struct InstancePool {
+    name: Arc<str>,
+    engine: Engine,
+    pre: PluginPre<HostState>,
+    limits: Limits,
+    idle: Mutex<Vec<Slot>>,
+}
+
+impl InstancePool {
+    pub fn new(name: &str, runtime: &Runtime, pre: PluginPre<HostState>, limits: Limits) -> InstancePool {
+        InstancePool { name: name.into(), engine: runtime.engine().clone(), pre, limits, idle: Mutex::new(Vec::new()) }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The same pool, logging under the plugin's own name (known once its manifest is read).
+    pub fn renamed(self, name: &str) -> InstancePool {
+        self.idle.lock().expect("pool lock").clear();
+        InstancePool { name: name.into(), ..self }
+    }
+
+    fn instantiate(&self) -> Result<Slot, CallFailure> {
+        let state = HostState {
+            plugin: self.name.clone(),
+            wasi: inert_wasi(),
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter { cap: self.limits.memory_bytes, current: 0 },
+            log_lines: 0,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_fuel(self.limits.fuel_per_call).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
+        let bindings = self.pre.instantiate(&mut store).map_err(|e| classify(e, self.limits))?;
+        Ok(Slot { store, bindings, calls: 0 })
+    }
+
+    /// Runs `f` on an instance under the budget. A failed call drops its instance.
+    pub fn call<R>(
+        &self,
+        f: impl FnOnce(&mut Store<HostState>, &Bindings) -> wasmtime::Result<R>,
+    ) -> Result<(R, CallCost), CallFailure> {
+        let started = Instant::now();
+        let pooled = self.limits.isolation == Isolation::Pooled;
+        let reused = if pooled { self.idle.lock().expect("pool lock").pop() } else { None };
+        let mut slot = match reused {
+            Some(s) => s,
+            None => self.instantiate()?,
+        };
+        slot.store.set_fuel(self.limits.fuel_per_call).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
+        let result = f(&mut slot.store, &slot.bindings);
+        let left = slot.store.get_fuel().unwrap_or(0);
+        let cost = CallCost {
+            fuel: self.limits.fuel_per_call.saturating_sub(left),
+            memory_bytes: slot.store.data().limiter.current,
+            micros: started.elapsed().as_micros() as u64,
+        };
+        match result {
+            Ok(r) => {
+                slot.calls += 1;
+                slot.store.data_mut().log_lines = slot.store.data().log_lines.min(MAX_LOG_LINES);
+                if pooled
+                    && slot.calls < self.limits.recycle_after_calls
+                    && cost.memory_bytes <= self.limits.recycle_above_bytes
+                {
+                    self.idle.lock().expect("pool lock").push(slot);
+                }
+                Ok((r, cost))
+            }
+            Err(e) => Err(classify(e, self.limits)),
+        }
+    }
+
+    /// Drops every idle instance (after a failure streak or on unload).
+    pub fn clear(&self) {
+        self.idle.lock().expect("pool lock").clear();
+    }
+}
+
+fn classify(e: wasmtime::Error, limits: Limits) -> CallFailure {
+    if let Some(m) = e.downcast_ref::<MemoryCapExceeded>() {
+        return CallFailure::Memory { asked: m.asked, cap: m.cap };
+    }
+    if let Some(Trap::OutOfFuel) = e.downcast_ref::<Trap>() {
+        return CallFailure::Budget { fuel: limits.fuel_per_call };
+    }
+    if let Some(t) = e.downcast_ref::<Trap>() {
+        return CallFailure::Trap(t.to_string());
+    }
+    CallFailure::Trap(format!("{e:#}"))
+}

@@ -1,0 +1,65 @@
+//! `courier serve`: load the plugins, bind, serve until Ctrl-C; reload on SIGHUP.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::api::{AppState, app};
+use crate::config::Config;
+use crate::plugins::PluginRegistry;
+
+pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(config_path.as_deref())?;
+    let started = std::time::Instant::now();
+    let cfg = config.clone();
+    let registry = tokio::task::spawn_blocking(move || PluginRegistry::load(&cfg))
+        .await?
+        .map_err(|e| anyhow::anyhow!("refusing to start, the plugins did not load:\n{e}"))?;
+    let registry = Arc::new(registry);
+    for p in registry.list() {
+        tracing::info!(
+            plugin = %p.manifest.name, content_type = p.manifest.content_type, delivery = %p.manifest.delivery,
+            enabled = p.enabled, source = %p.source, "plugin loaded"
+        );
+    }
+    tracing::info!("{} plugins loaded in {} ms", registry.list().len(), started.elapsed().as_millis());
+
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    let addr = listener.local_addr()?;
+    let state = AppState::new(registry, config, config_path);
+    tokio::spawn(reload_on_sighup(state.clone()));
+    tracing::info!("courier listening on http://{addr}");
+    // A line for scripts and tests that start the server on port 0.
+    println!("listening on {addr}");
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown()).await?;
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn reload_on_sighup(state: AppState) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload through the admin endpoint");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the config and plugins");
+        let s = state.clone();
+        match tokio::task::spawn_blocking(move || s.reload()).await {
+            Ok(Ok(list)) => tracing::info!(plugins = list.len(), "reload done"),
+            Ok(Err(e)) => tracing::error!("reload refused, the running plugins stay:\n{e}"),
+            Err(e) => tracing::error!("reload task failed: {e}"),
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn reload_on_sighup(_state: AppState) {}
+
+async fn shutdown() {
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,177 @@
+//! Write a Courier message kind as a WebAssembly component.
+//!
+//! Implement [`Plugin`] for a type whose `Payload` is a serde type, then call
+//! [`export_plugin!`]. The SDK parses the JSON text the host passes in, calls your
+//! `validate`, and serializes the normalized payload back; the WIT bindings stay hidden.
+//!
+//! ```ignore
+//! use courier_plugin_sdk::{export_plugin, Context, Delivery, Example, Manifest, Plugin, Rejection, Sender};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! #[serde(deny_unknown_fields)]
+//! struct Poll { question: String }
+//!
+//! struct PollKind;
+//!
+//! impl Plugin for PollKind {
+//!     type Payload = Poll;
+//!     fn manifest() -> Manifest { /* … */ }
+//!     fn validate(_ctx: &Context, p: Poll) -> Result<Poll, Rejection> { Ok(p) }
+//!     fn preview(p: &Poll) -> String { p.question.clone() }
+//!     fn examples() -> Vec<Example> { vec![] }
+//! }
+//!
+//! export_plugin!(PollKind);
+//! ```
+
+pub mod check;
+mod types;
+
+pub use serde;
+pub use serde_json;
+pub use types::{Context, Delivery, Example, Manifest, Rejection, Sender};
+
+/// The generated WIT bindings. Not part of the SDK's API: use [`export_plugin!`].
+#[doc(hidden)]
+#[allow(unsafe_code, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit/v1",
+        world: "plugin",
+        pub_export_macro: true,
+        export_macro_name: "__export_plugin_world",
+        default_bindings_module: "courier_plugin_sdk::bindings",
+    });
+}
+
+/// One message kind.
+pub trait Plugin {
+    /// The payload as the plugin sees it. Parsed from the JSON text the client sent;
+    /// the value `validate` returns is serialized back as the normalized payload.
+    type Payload: serde::Serialize + serde::de::DeserializeOwned;
+
+    /// What this kind is. Called once when the host loads the plugin.
+    fn manifest() -> Manifest;
+
+    /// Checks a parsed payload and returns its normalized form, or a rejection.
+    /// Must be deterministic and idempotent (validating its own output returns it unchanged).
+    fn validate(ctx: &Context, payload: Self::Payload) -> Result<Self::Payload, Rejection>;
+
+    /// One line for conversation lists and notifications.
+    fn preview(payload: &Self::Payload) -> String;
+
+    /// Payloads this kind accepts and rejects; the contract suite replays them.
+    fn examples() -> Vec<Example>;
+}
+
+/// Writes a line to the host's log, tagged with the plugin's name.
+pub mod log {
+    use crate::bindings::courier::plugin::log::{Level, log};
+
+    pub fn debug(message: &str) {
+        log(Level::Debug, message);
+    }
+    pub fn info(message: &str) {
+        log(Level::Info, message);
+    }
+    pub fn warn(message: &str) {
+        log(Level::Warn, message);
+    }
+    pub fn error(message: &str) {
+        log(Level::Error, message);
+    }
+}
+
+/// Glue between the WIT exports and a [`Plugin`]. Used by [`export_plugin!`].
+#[doc(hidden)]
+pub mod adapter {
+    use crate::bindings::exports::courier::plugin::kind as wit;
+    use crate::{Context, Plugin, Rejection};
+
+    pub fn manifest<P: Plugin>() -> wit::KindManifest {
+        P::manifest().into()
+    }
+
+    pub fn validate<P: Plugin>(ctx: wit::Context, payload: String) -> Result<String, wit::Rejection> {
+        let ctx = Context {
+            sender_id: ctx.sender_id,
+            conversation_type: ctx.conversation_type,
+            conversation_id: ctx.conversation_id,
+        };
+        let parsed = parse::<P>(&payload).map_err(wit::Rejection::from)?;
+        let normalized = P::validate(&ctx, parsed).map_err(wit::Rejection::from)?;
+        serde_json::to_string(&normalized).map_err(|e| {
+            wit::Rejection::from(Rejection::new("internal", format!("cannot serialize payload: {e}")))
+        })
+    }
+
+    pub fn preview<P: Plugin>(payload: String) -> String {
+        match parse::<P>(&payload) {
+            Ok(p) => one_line(&P::preview(&p)),
+            Err(_) => String::new(),
+        }
+    }
+
+    pub fn examples<P: Plugin>() -> Vec<wit::Example> {
+        P::examples().into_iter().map(Into::into).collect()
+    }
+
+    fn parse<P: Plugin>(payload: &str) -> Result<P::Payload, Rejection> {
+        serde_json::from_str(payload).map_err(|e| {
+            use serde_json::error::Category;
+            match e.classify() {
+                Category::Syntax | Category::Eof | Category::Io => {
+                    Rejection::new("malformed_json", format!("payload is not valid JSON: {e}"))
+                }
+                Category::Data => Rejection::new("invalid_field", e.to_string()),
+            }
+        })
+    }
+
+    /// Previews are one line: newlines become spaces, and the text is capped at 120 characters.
+    fn one_line(s: &str) -> String {
+        let flat: String = s
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let trimmed = flat.trim();
+        if trimmed.chars().count() > 120 {
+            let mut out: String = trimmed.chars().take(119).collect();
+            out.push('…');
+            out
+        } else {
+            trimmed.to_string()
+        }
+    }
+}
+
+/// Exports a [`Plugin`] implementation as the component's `courier:plugin/kind` interface.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        const _: () = {
+            struct CourierExport;
+
+            impl $crate::bindings::exports::courier::plugin::kind::Guest for CourierExport {
+                fn manifest() -> $crate::bindings::exports::courier::plugin::kind::KindManifest {
+                    $crate::adapter::manifest::<$plugin>()
+                }
+                fn validate(
+                    ctx: $crate::bindings::exports::courier::plugin::kind::Context,
+                    payload: String,
+                ) -> Result<String, $crate::bindings::exports::courier::plugin::kind::Rejection> {
+                    $crate::adapter::validate::<$plugin>(ctx, payload)
+                }
+                fn preview(payload: String) -> String {
+                    $crate::adapter::preview::<$plugin>(payload)
+                }
+                fn examples() -> Vec<$crate::bindings::exports::courier::plugin::kind::Example> {
+                    $crate::adapter::examples::<$plugin>()
+                }
+            }
+
+            $crate::bindings::__export_plugin_world!(CourierExport with_types_in $crate::bindings);
+        };
+    };
+}

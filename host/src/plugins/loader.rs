@@ -179,8 +179,8 @@ pub fn check_component(runtime: &Runtime, component: Component, limits: Limits) 
     let pool = InstancePool::new("(loading)", runtime, pre, limits);
     let manifest: Manifest = pool
         .call(|store, b| b.courier_plugin_kind().call_manifest(store))
-        .map_err(LoadFailure::ManifestCall)?
         .0
+        .map_err(LoadFailure::ManifestCall)?
         .into();
     let problems = manifest.problems();
     if !problems.is_empty() {

@@ -194,7 +194,8 @@ impl LoadedPlugin {
         };
         self.pool
             .call(|store, b| b.courier_plugin_kind().call_validate(store, &wit_ctx, payload))
-            .map(|(r, _)| r.map_err(|rej| (rej.code, rej.message)))
+            .0
+            .map(|r| r.map_err(|rej| (rej.code, rej.message)))
     }
 }
 
@@ -286,8 +287,8 @@ impl PluginRegistry {
         let Some(plugin) = self.get(content_type) else {
             return "[unsupported message]".into();
         };
-        match plugin.pool.call(|store, b| b.courier_plugin_kind().call_preview(store, payload)) {
-            Ok((line, _)) => line,
+        match plugin.pool.call(|store, b| b.courier_plugin_kind().call_preview(store, payload)).0 {
+            Ok(line) => line,
             Err(failure) => {
                 plugin.record_failure(&failure);
                 format!("[{}]", plugin.manifest.name)

@@ -260,18 +260,21 @@ impl InstancePool {
     }
 
     /// Runs `f` on an instance under the budget. A failed call drops its instance.
+    /// The cost is reported whether the call succeeded or not.
     pub fn call<R>(
         &self,
         f: impl FnOnce(&mut Store<HostState>, &Bindings) -> wasmtime::Result<R>,
-    ) -> Result<(R, CallCost), CallFailure> {
+    ) -> (Result<R, CallFailure>, CallCost) {
         let started = Instant::now();
         let pooled = self.limits.isolation == Isolation::Pooled;
         let reused = if pooled { self.idle.lock().expect("pool lock").pop() } else { None };
-        let mut slot = match reused {
-            Some(s) => s,
-            None => self.instantiate()?,
+        let mut slot = match reused.map(Ok).unwrap_or_else(|| self.instantiate()) {
+            Ok(s) => s,
+            Err(e) => return (Err(e), CallCost { micros: started.elapsed().as_micros() as u64, ..CallCost::default() }),
         };
-        slot.store.set_fuel(self.limits.fuel_per_call).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
+        if let Err(e) = slot.store.set_fuel(self.limits.fuel_per_call) {
+            return (Err(CallFailure::Instantiate(e.to_string())), CallCost::default());
+        }
         let result = f(&mut slot.store, &slot.bindings);
         let left = slot.store.get_fuel().unwrap_or(0);
         let cost = CallCost {
@@ -282,16 +285,17 @@ impl InstancePool {
         match result {
             Ok(r) => {
                 slot.calls += 1;
-                slot.store.data_mut().log_lines = slot.store.data().log_lines.min(MAX_LOG_LINES);
                 if pooled
                     && slot.calls < self.limits.recycle_after_calls
                     && cost.memory_bytes <= self.limits.recycle_above_bytes
                 {
+                    slot.store.data_mut().log_lines = 0;
                     self.idle.lock().expect("pool lock").push(slot);
                 }
-                Ok((r, cost))
+                (Ok(r), cost)
             }
-            Err(e) => Err(classify(e, self.limits)),
+            // A trapped instance is never entered again: `slot` is dropped here.
+            Err(e) => (Err(classify(e, self.limits)), cost),
         }
     }
 

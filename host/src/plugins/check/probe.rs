@@ -55,23 +55,18 @@ impl Probe {
         &self.summary
     }
 
-    fn record<R>(&mut self, what: &str, r: Result<(R, CallCost), CallFailure>) -> Result<R, CallFailure> {
+    fn record<R>(&mut self, what: &str, (r, cost): (Result<R, CallFailure>, CallCost)) -> Result<R, CallFailure> {
         self.summary.calls += 1;
-        match r {
-            Ok((v, cost)) => {
-                self.summary.max_fuel = self.summary.max_fuel.max(cost.fuel);
-                self.summary.peak_memory = self.summary.peak_memory.max(cost.memory_bytes);
-                self.summary.max_micros = self.summary.max_micros.max(cost.micros);
-                Ok(v)
+        self.summary.max_fuel = self.summary.max_fuel.max(cost.fuel);
+        self.summary.peak_memory = self.summary.peak_memory.max(cost.memory_bytes);
+        self.summary.max_micros = self.summary.max_micros.max(cost.micros);
+        if let Err(e) = &r {
+            if matches!(e, CallFailure::Budget { .. }) {
+                self.summary.max_fuel = self.fuel_per_call;
             }
-            Err(e) => {
-                if matches!(e, CallFailure::Budget { .. }) {
-                    self.summary.max_fuel = self.fuel_per_call;
-                }
-                self.summary.failures.push(format!("{what}: {e}"));
-                Err(e)
-            }
+            self.summary.failures.push(format!("{what}: {e}"));
         }
+        r
     }
 
     pub fn manifest(&mut self) -> Result<Manifest, CallFailure> {

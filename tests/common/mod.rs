@@ -1,0 +1,67 @@
+//! Shared by the integration tests: the misbehaving fixture plugins (built from source
+//! once per test binary), the bundled plugins, and scratch directories.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn target_root() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().to_path_buf()
+}
+
+/// Builds `tests/fixtures/plugins` for wasm32-wasip2 (once) and returns the path of one
+/// fixture's component, e.g. `fixture("endless-loop")`.
+pub fn fixture(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let target = target_root().join("wasm-fixtures");
+        let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy().into_owned();
+            if (key.starts_with("CARGO_") && key != "CARGO_HOME") || key.starts_with("RUSTC") || key == "RUSTFLAGS" {
+                cmd.env_remove(key);
+            }
+        }
+        let status = cmd
+            .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2", "--manifest-path"])
+            .arg(repo_root().join("tests/fixtures/plugins/Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .status()
+            .expect("run cargo for the fixture plugins");
+        assert!(status.success(), "building the fixture plugins failed");
+        target.join("wasm32-wasip2/release")
+    });
+    let path = dir.join(format!("fixture_{}.wasm", name.replace('-', "_")));
+    assert!(path.is_file(), "no fixture {}", path.display());
+    path
+}
+
+/// A bundled plugin's component file, as the build leaves it next to the binary.
+pub fn builtin(name: &str) -> Vec<u8> {
+    courier::plugins::builtin::BUILTINS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, b)| b.to_vec())
+        .unwrap_or_else(|| panic!("no bundled plugin {name}"))
+}
+
+/// A fresh, empty directory under the target dir.
+pub fn scratch(label: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{label}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// TOML-escaped path.
+pub fn toml_path(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}

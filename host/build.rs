@@ -32,7 +32,10 @@ fn main() {
         .env("CARGO_TARGET_DIR", &nested_target)
         .status()
         .expect("cannot run cargo for the plugins");
-    assert!(status.success(), "building the bundled plugins failed (see the cargo output above)");
+    assert!(
+        status.success(),
+        "building the bundled plugins failed (see the cargo output above)"
+    );
 
     let built = nested_target.join(TARGET).join("release");
     let dest = profile_dir.join("plugins");
@@ -45,12 +48,19 @@ fn main() {
         .collect();
     names.sort();
 
-    let mut code = String::from("/// The bundled plugins: (name, component bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// The bundled plugins: (name, component bytes).\npub static BUILTINS: &[(&str, &[u8])] = &[\n",
+    );
     for name in &names {
         let from = built.join(format!("courier_kind_{}.wasm", name.replace('-', "_")));
         let to = dest.join(format!("{name}.wasm"));
         fs::copy(&from, &to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
-        writeln!(code, "    ({name:?}, include_bytes!({:?})),", to.display().to_string()).unwrap();
+        writeln!(
+            code,
+            "    ({name:?}, include_bytes!({:?})),",
+            to.display().to_string()
+        )
+        .unwrap();
     }
     code.push_str("];\n");
     fs::write(out_dir.join("builtin.rs"), code).unwrap();
@@ -74,7 +84,9 @@ fn ensure_target() {
     if let Ok(tc) = env::var("RUSTUP_TOOLCHAIN") {
         cmd.args(["--toolchain", &tc]);
     }
-    let status = cmd.status().expect("cannot run rustup: install the wasm32-wasip2 target by hand");
+    let status = cmd
+        .status()
+        .expect("cannot run rustup: install the wasm32-wasip2 target by hand");
     assert!(status.success(), "`rustup target add {TARGET}` failed");
 }
 

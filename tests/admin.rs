@@ -31,7 +31,13 @@ fn state_from_file(toml: &str) -> AppState {
     AppState::new(registry, config, Some(path))
 }
 
-async fn call(state: &AppState, method: &str, uri: &str, token: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+async fn call(
+    state: &AppState,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut req = Request::builder().method(method).uri(uri);
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
@@ -43,14 +49,25 @@ async fn call(state: &AppState, method: &str, uri: &str, token: Option<&str>, bo
         }
         None => Body::empty(),
     };
-    let resp = app(state.clone()).oneshot(req.body(body).unwrap()).await.unwrap();
+    let resp = app(state.clone())
+        .oneshot(req.body(body).unwrap())
+        .await
+        .unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 fn names(list: &Value) -> Vec<String> {
-    list["plugins"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap().to_string()).collect()
+    list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[tokio::test]
@@ -61,7 +78,12 @@ async fn health_and_the_plugin_list() {
     let (status, body) = call(&s, "GET", "/v1/plugins", None, None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(names(&body).len(), 10);
-    let text = body["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "text").unwrap();
+    let text = body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "text")
+        .unwrap();
     assert_eq!(text["contentType"], 1);
     assert_eq!(text["delivery"], "persistent");
     assert_eq!(text["countsUnread"], true);
@@ -70,38 +92,111 @@ async fn health_and_the_plugin_list() {
     assert_eq!(text["enabled"], true);
     assert_eq!(text["source"], "built-in text.wasm");
     assert_eq!(text["contract"], "1.0.0");
-    let typing = body["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "typing").unwrap();
-    assert_eq!((typing["delivery"].as_str(), typing["countsUnread"].as_bool()), (Some("latest"), Some(false)));
+    let typing = body["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "typing")
+        .unwrap();
+    assert_eq!(
+        (
+            typing["delivery"].as_str(),
+            typing["countsUnread"].as_bool()
+        ),
+        (Some("latest"), Some(false))
+    );
 }
 
 #[tokio::test]
 async fn admin_needs_a_configured_token_and_the_right_one() {
     let off = state_from_file("");
-    let (status, body) = call(&off, "POST", "/admin/plugins/text/disable", Some(TOKEN), None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("admin_disabled")));
+    let (status, body) = call(
+        &off,
+        "POST",
+        "/admin/plugins/text/disable",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("admin_disabled"))
+    );
     let on = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
-    let (status, body) = call(&on, "POST", "/admin/plugins/text/disable", Some("wrong-token-wrong-token"), None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthorized")));
+    let (status, body) = call(
+        &on,
+        "POST",
+        "/admin/plugins/text/disable",
+        Some("wrong-token-wrong-token"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
     let (status, body) = call(&on, "POST", "/admin/plugins/text/disable", None, None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthorized")));
-    let (status, body) = call(&on, "POST", "/admin/plugins/nope/disable", Some(TOKEN), None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("plugin_not_found")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    let (status, body) = call(
+        &on,
+        "POST",
+        "/admin/plugins/nope/disable",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("plugin_not_found"))
+    );
 }
 
 #[tokio::test]
 async fn disable_then_enable_through_the_admin_endpoint() {
     let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
     let send = json!({"contentType": 1, "conversationType": 1, "payload": {"text": "  hi "}});
-    let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(send.clone())).await;
+    let (status, body) = call(
+        &s,
+        "POST",
+        "/admin/validate",
+        Some(TOKEN),
+        Some(send.clone()),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body, json!({"payload": {"text": "hi"}, "preview": "hi"}));
 
     let (status, body) = call(&s, "POST", "/admin/plugins/text/disable", Some(TOKEN), None).await;
-    assert_eq!((status, &body["plugin"]["enabled"]), (StatusCode::OK, &json!(false)));
-    let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(send.clone())).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("content_type_disabled")));
+    assert_eq!(
+        (status, &body["plugin"]["enabled"]),
+        (StatusCode::OK, &json!(false))
+    );
+    let (status, body) = call(
+        &s,
+        "POST",
+        "/admin/validate",
+        Some(TOKEN),
+        Some(send.clone()),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("content_type_disabled")
+        )
+    );
     let (_, list) = call(&s, "GET", "/v1/plugins", None, None).await;
-    let text = list["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "text").unwrap().clone();
+    let text = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "text")
+        .unwrap()
+        .clone();
     assert_eq!(text["enabled"], false);
 
     call(&s, "POST", "/admin/plugins/text/enable", Some(TOKEN), None).await;
@@ -111,27 +206,58 @@ async fn disable_then_enable_through_the_admin_endpoint() {
     let bad = json!({"contentType": 1, "conversationType": 1, "payload": {"text": ""}});
     let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(bad)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(body["error"], json!({"code": "payload_invalid", "reason": "empty", "message": "text must not be empty"}));
+    assert_eq!(
+        body["error"],
+        json!({"code": "payload_invalid", "reason": "empty", "message": "text must not be empty"})
+    );
     let sys = json!({"contentType": 8, "conversationType": 2, "payload": {"operatorId": "o", "kickedUserIds": ["b"]}});
     let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(sys)).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::FORBIDDEN, Some("content_type_forbidden")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("content_type_forbidden"))
+    );
 }
 
 #[tokio::test]
 async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_breaking_changes() {
     let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
     let path = s.config_path.clone().unwrap();
-    std::fs::write(&path, format!("[server]\nadmin_token = \"{TOKEN}\"\n[plugins.stateful]\npath = {}\n", toml_path(&fixture("stateful")))).unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nadmin_token = \"{TOKEN}\"\n[plugins.stateful]\npath = {}\n",
+            toml_path(&fixture("stateful"))
+        ),
+    )
+    .unwrap();
     let (status, body) = call(&s, "POST", "/admin/plugins/reload", Some(TOKEN), None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(names(&body).contains(&"stateful".to_string()));
 
-    std::fs::write(&path, format!("[server]\nadmin_token = \"{TOKEN}\"\n[plugins.text]\npath = {}\n", toml_path(&fixture("changed-text")))).unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nadmin_token = \"{TOKEN}\"\n[plugins.text]\npath = {}\n",
+            toml_path(&fixture("changed-text"))
+        ),
+    )
+    .unwrap();
     let (status, body) = call(&s, "POST", "/admin/plugins/reload", Some(TOKEN), None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("reload_refused")));
-    assert!(body["error"]["message"].as_str().unwrap().contains("would change delivery from persistent to live"));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("reload_refused"))
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("would change delivery from persistent to live")
+    );
     let (_, list) = call(&s, "GET", "/v1/plugins", None, None).await;
-    assert!(names(&list).contains(&"stateful".to_string()), "the running set stays after a refused reload");
+    assert!(
+        names(&list).contains(&"stateful".to_string()),
+        "the running set stays after a refused reload"
+    );
 }
 
 // ---- the real binary -------------------------------------------------------------------
@@ -157,8 +283,14 @@ fn start(config: &std::path::Path) -> Server {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
     Server { child, addr }
 }
 
@@ -183,7 +315,14 @@ fn get(conn: &mut TcpStream, path: &str) -> Value {
 }
 
 fn enabled(list: &Value, name: &str) -> bool {
-    list["plugins"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["enabled"].as_bool().unwrap()
+    list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap()["enabled"]
+        .as_bool()
+        .unwrap()
 }
 
 #[test]
@@ -193,11 +332,19 @@ fn sighup_reloads_without_dropping_a_connection() {
     std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
     let server = start(&config);
     let mut conn = TcpStream::connect(&server.addr).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     assert!(enabled(&get(&mut conn, "/v1/plugins"), "typing"));
 
-    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n[plugins.typing]\nenabled = false\n").unwrap();
-    let status = Command::new("kill").args(["-HUP", &server.child.id().to_string()]).status().unwrap();
+    std::fs::write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:0\"\n[plugins.typing]\nenabled = false\n",
+    )
+    .unwrap();
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -205,7 +352,10 @@ fn sighup_reloads_without_dropping_a_connection() {
         if !enabled(&get(&mut conn, "/v1/plugins"), "typing") {
             break;
         }
-        assert!(Instant::now() < deadline, "SIGHUP did not disable typing within 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not disable typing within 20 s"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(get(&mut conn, "/healthz"), json!({"status": "ok"}));
@@ -215,36 +365,83 @@ fn sighup_reloads_without_dropping_a_connection() {
 fn start_up_refusal_names_the_file_and_the_reason() {
     let dir = scratch("refuse");
     let config = dir.join("courier.toml");
-    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:0\"\n[plugins.wrong-version]\npath = {}\n", toml_path(&fixture("wrong-version")))).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_courier")).args(["serve", "--config"]).arg(&config).output().unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[plugins.wrong-version]\npath = {}\n",
+            toml_path(&fixture("wrong-version"))
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("fixture_wrong_version.wasm: plugin targets 1.3, host supports 1.0–1.0"), "{stderr}");
+    assert!(
+        stderr.contains("fixture_wrong_version.wasm: plugin targets 1.3, host supports 1.0–1.0"),
+        "{stderr}"
+    );
 
-    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\nadmin = true\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_courier")).args(["serve", "--config"]).arg(&config).output().unwrap();
+    std::fs::write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = true\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("courier.toml") && stderr.contains("admin"), "{stderr}");
+    assert!(
+        stderr.contains("courier.toml") && stderr.contains("admin"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn the_cli_lists_its_subcommands_and_check_exits_by_result() {
-    let out = Command::new(env!("CARGO_BIN_EXE_courier")).arg("--help").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("serve") && help.contains("plugin"), "{help}");
-    let out = Command::new(env!("CARGO_BIN_EXE_courier")).args(["plugin", "--help"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["plugin", "--help"])
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("check") && help.contains("list"), "{help}");
 
     let dir = scratch("cli");
     let text = dir.join("text.wasm");
     std::fs::write(&text, common::builtin("text")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_courier")).args(["plugin", "check", "--fuzz", "50"]).arg(&text).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["plugin", "check", "--fuzz", "50"])
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("result: PASS"));
-    let out = Command::new(env!("CARGO_BIN_EXE_courier")).args(["plugin", "check", "--fuzz", "50"]).arg(fixture("trap")).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["plugin", "check", "--fuzz", "50"])
+        .arg(fixture("trap"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(report.contains("FAIL  budget") && report.contains("result: FAIL"), "{report}");
+    assert!(
+        report.contains("FAIL  budget") && report.contains("result: FAIL"),
+        "{report}"
+    );
 }

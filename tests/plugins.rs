@@ -10,15 +10,28 @@ use courier::plugins::check::{CheckOptions, Status, check_bytes, check_file};
 use courier::plugins::{CallFailure, PluginRegistry, SendContext, SenderKind, ValidateError};
 
 fn user(conversation_type: u8) -> SendContext<'static> {
-    SendContext { sender_id: "alice", sender: SenderKind::User, conversation_type, conversation_id: "c1" }
+    SendContext {
+        sender_id: "alice",
+        sender: SenderKind::User,
+        conversation_type,
+        conversation_id: "c1",
+    }
 }
 
 fn system(conversation_type: u8) -> SendContext<'static> {
-    SendContext { sender_id: "system", sender: SenderKind::System, conversation_type, conversation_id: "c1" }
+    SendContext {
+        sender_id: "system",
+        sender: SenderKind::System,
+        conversation_type,
+        conversation_id: "c1",
+    }
 }
 
 fn quick() -> CheckOptions {
-    CheckOptions { fuzz: 100, ..CheckOptions::default() }
+    CheckOptions {
+        fuzz: 100,
+        ..CheckOptions::default()
+    }
 }
 
 fn registry(toml: &str) -> PluginRegistry {
@@ -36,21 +49,60 @@ fn load_error(toml: &str) -> String {
 
 #[test]
 fn every_bundled_plugin_passes_the_contract_suite() {
-    let names: Vec<&str> = courier::plugins::builtin::BUILTINS.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = courier::plugins::builtin::BUILTINS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
     assert_eq!(
         names,
-        ["encrypted", "file", "friend-request", "group-kick", "group-update", "image", "recall", "rtc-call", "text", "typing"]
+        [
+            "encrypted",
+            "file",
+            "friend-request",
+            "group-kick",
+            "group-update",
+            "image",
+            "recall",
+            "rtc-call",
+            "text",
+            "typing"
+        ]
     );
     for name in names {
         let cases = common::repo_root().join("plugins").join(name).join("cases");
         let has_cases = cases.is_dir();
-        let opts = CheckOptions { cases: has_cases.then_some(cases), ..CheckOptions::default() };
+        let opts = CheckOptions {
+            cases: has_cases.then_some(cases),
+            ..CheckOptions::default()
+        };
         let report = check_bytes(name, &builtin(name), &opts);
         assert!(report.passed(), "{}", report.render());
-        let want = if has_cases { Status::Pass } else { Status::Skip };
-        assert_eq!(report.check("cases").map(|c| c.status), Some(want), "{name}\n{}", report.render());
-        for check in ["examples", "determinism", "idempotence", "malformed", "oversized", "fuzz", "budget"] {
-            assert_eq!(report.check(check).map(|c| c.status), Some(Status::Pass), "{name}: {check}\n{}", report.render());
+        let want = if has_cases {
+            Status::Pass
+        } else {
+            Status::Skip
+        };
+        assert_eq!(
+            report.check("cases").map(|c| c.status),
+            Some(want),
+            "{name}\n{}",
+            report.render()
+        );
+        for check in [
+            "examples",
+            "determinism",
+            "idempotence",
+            "malformed",
+            "oversized",
+            "fuzz",
+            "budget",
+        ] {
+            assert_eq!(
+                report.check(check).map(|c| c.status),
+                Some(Status::Pass),
+                "{name}: {check}\n{}",
+                report.render()
+            );
         }
     }
 }
@@ -64,14 +116,38 @@ fn the_suite_replays_data_driven_cases_and_reports_a_wrong_one() {
         std::fs::write(d.join("input.json"), input).unwrap();
         std::fs::write(d.join(file), content).unwrap();
     };
-    case("ok", r#"{"text":"  hi  "}"#, "expected.json", r#"{"text":"hi"}"#);
-    case("too-long", &format!(r#"{{"text":"{}"}}"#, "a".repeat(5000)), "error.txt", "too_long\n");
-    case("wrong-expectation", r#"{"text":"x"}"#, "expected.json", r#"{"text":"y"}"#);
-    let opts = CheckOptions { cases: Some(dir), ..quick() };
+    case(
+        "ok",
+        r#"{"text":"  hi  "}"#,
+        "expected.json",
+        r#"{"text":"hi"}"#,
+    );
+    case(
+        "too-long",
+        &format!(r#"{{"text":"{}"}}"#, "a".repeat(5000)),
+        "error.txt",
+        "too_long\n",
+    );
+    case(
+        "wrong-expectation",
+        r#"{"text":"x"}"#,
+        "expected.json",
+        r#"{"text":"y"}"#,
+    );
+    let opts = CheckOptions {
+        cases: Some(dir),
+        ..quick()
+    };
     let report = check_bytes("text", &builtin("text"), &opts);
     let cases = report.check("cases").unwrap();
     assert_eq!(cases.status, Status::Fail, "{}", report.render());
-    assert!(cases.detail.contains("wrong-expectation: expected {\"text\":\"y\"}, got {\"text\":\"x\"}"), "{}", cases.detail);
+    assert!(
+        cases
+            .detail
+            .contains("wrong-expectation: expected {\"text\":\"y\"}, got {\"text\":\"x\"}"),
+        "{}",
+        cases.detail
+    );
     assert!(!cases.detail.contains("too-long"), "{}", cases.detail);
     assert!(!cases.detail.contains("ok:"), "{}", cases.detail);
 }
@@ -80,31 +156,62 @@ fn the_suite_replays_data_driven_cases_and_reports_a_wrong_one() {
 
 fn failed_check(fixture_name: &str, check: &str) -> String {
     let report = check_file(&fixture(fixture_name), &quick());
-    assert!(!report.passed(), "{fixture_name} passed:\n{}", report.render());
-    let c = report.check(check).unwrap_or_else(|| panic!("no {check} check:\n{}", report.render()));
-    assert_eq!(c.status, Status::Fail, "{fixture_name}: {check}\n{}", report.render());
+    assert!(
+        !report.passed(),
+        "{fixture_name} passed:\n{}",
+        report.render()
+    );
+    let c = report
+        .check(check)
+        .unwrap_or_else(|| panic!("no {check} check:\n{}", report.render()));
+    assert_eq!(
+        c.status,
+        Status::Fail,
+        "{fixture_name}: {check}\n{}",
+        report.render()
+    );
     c.detail.clone()
 }
 
 #[test]
 fn an_endless_loop_is_stopped_by_the_fuel_budget() {
     let detail = failed_check("endless-loop", "budget");
-    assert!(detail.contains("exceeded its budget of 50000000 fuel units"), "{detail}");
-    assert!(detail.contains("calls failed and were contained"), "{detail}");
+    assert!(
+        detail.contains("exceeded its budget of 50000000 fuel units"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("calls failed and were contained"),
+        "{detail}"
+    );
 }
 
 #[test]
 fn a_1_gib_allocation_hits_the_memory_cap() {
     let detail = failed_check("huge-alloc", "budget");
-    assert!(detail.contains("over the cap of 67108864 bytes"), "{detail}");
-    let asked: u64 = detail.split("grow its memory to ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        detail.contains("over the cap of 67108864 bytes"),
+        "{detail}"
+    );
+    let asked: u64 = detail
+        .split("grow its memory to ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(asked >= 1 << 30, "asked {asked}");
 }
 
 #[test]
 fn a_trap_is_reported_as_a_trap() {
     let detail = failed_check("trap", "budget");
-    assert!(detail.contains("trapped: wasm trap: wasm `unreachable` instruction executed"), "{detail}");
+    assert!(
+        detail.contains("trapped: wasm trap: wasm `unreachable` instruction executed"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -116,15 +223,24 @@ fn a_wrong_contract_version_is_named() {
 #[test]
 fn an_extra_import_is_named() {
     let detail = failed_check("extra-import", "imports");
-    assert!(detail.starts_with("imports outside the contract: fixture:net/fetch"), "{detail}");
+    assert!(
+        detail.starts_with("imports outside the contract: fixture:net/fetch"),
+        "{detail}"
+    );
 }
 
 #[test]
 fn an_invalid_manifest_lists_its_problems() {
     let detail = failed_check("bad-manifest", "manifest");
-    assert!(detail.contains("name \"Bad Manifest\" must be 1-32 characters"), "{detail}");
+    assert!(
+        detail.contains("name \"Bad Manifest\" must be 1-32 characters"),
+        "{detail}"
+    );
     assert!(detail.contains("content type 0 is reserved"), "{detail}");
-    assert!(detail.contains("a live kind is never stored, so it cannot count toward unread"), "{detail}");
+    assert!(
+        detail.contains("a live kind is never stored, so it cannot count toward unread"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -141,9 +257,19 @@ fn files_that_are_not_components_are_refused() {
     let core = dir.join("core.wasm");
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
     let r = check_file(&garbage, &quick());
-    assert!(r.check("component").unwrap().detail.contains("does not start with the WebAssembly magic bytes"));
+    assert!(
+        r.check("component")
+            .unwrap()
+            .detail
+            .contains("does not start with the WebAssembly magic bytes")
+    );
     let r = check_file(&core, &quick());
-    assert!(r.check("component").unwrap().detail.contains("it is a core wasm module"));
+    assert!(
+        r.check("component")
+            .unwrap()
+            .detail
+            .contains("it is a core wasm module")
+    );
     assert!(!r.passed());
 }
 
@@ -151,8 +277,14 @@ fn files_that_are_not_components_are_refused() {
 
 #[test]
 fn start_up_refuses_two_plugins_claiming_one_content_type_naming_both() {
-    let err = load_error(&format!("[plugins.text-clone]\npath = {}\n", toml_path(&fixture("text-clone"))));
-    assert!(err.contains("content type 1 is claimed by two plugins"), "{err}");
+    let err = load_error(&format!(
+        "[plugins.text-clone]\npath = {}\n",
+        toml_path(&fixture("text-clone"))
+    ));
+    assert!(
+        err.contains("content type 1 is claimed by two plugins"),
+        "{err}"
+    );
     assert!(err.contains("text (built-in text.wasm)"), "{err}");
     assert!(err.contains("fixture_text_clone.wasm"), "{err}");
 }
@@ -165,18 +297,38 @@ fn start_up_refuses_bad_files_in_the_plugin_dir_naming_each() {
     std::fs::copy(fixture("bad-manifest"), dir.join("bad.wasm")).unwrap();
     std::fs::write(dir.join("notes.wasm"), b"just text").unwrap();
     let err = load_error(&format!("[runtime]\ndir = {}\n", toml_path(&dir)));
-    let line = |file: &str| err.lines().find(|l| l.contains(file)).unwrap_or_else(|| panic!("{file} not named in\n{err}")).to_string();
-    assert!(line("old.wasm").ends_with("plugin targets 1.3, host supports 1.0–1.0"), "{err}");
-    assert!(line("net.wasm").contains("imports outside the contract: fixture:net/fetch"), "{err}");
-    assert!(line("bad.wasm").contains("invalid manifest: name \"Bad Manifest\""), "{err}");
-    assert!(line("notes.wasm").contains("not a WebAssembly component"), "{err}");
+    let line = |file: &str| {
+        err.lines()
+            .find(|l| l.contains(file))
+            .unwrap_or_else(|| panic!("{file} not named in\n{err}"))
+            .to_string()
+    };
+    assert!(
+        line("old.wasm").ends_with("plugin targets 1.3, host supports 1.0–1.0"),
+        "{err}"
+    );
+    assert!(
+        line("net.wasm").contains("imports outside the contract: fixture:net/fetch"),
+        "{err}"
+    );
+    assert!(
+        line("bad.wasm").contains("invalid manifest: name \"Bad Manifest\""),
+        "{err}"
+    );
+    assert!(
+        line("notes.wasm").contains("not a WebAssembly component"),
+        "{err}"
+    );
 }
 
 #[test]
 fn start_up_refuses_a_sha256_mismatch() {
     let pin = "0".repeat(64);
     let err = load_error(&format!("[plugins.text]\nsha256 = \"{pin}\"\n"));
-    assert!(err.starts_with("built-in text.wasm: sha256 mismatch: the config pins 000"), "{err}");
+    assert!(
+        err.starts_with("built-in text.wasm: sha256 mismatch: the config pins 000"),
+        "{err}"
+    );
     let actual = courier::plugins::loader::sha256_hex(&builtin("text"));
     assert!(err.contains(&actual), "{err}");
     // The right pin loads.
@@ -186,10 +338,15 @@ fn start_up_refuses_a_sha256_mismatch() {
 
 #[test]
 fn start_up_refuses_an_unknown_config_key_and_an_unknown_plugin_name() {
-    let err = Config::from_toml("[runtime]\nfuel_per_cal = 5\n").unwrap_err().to_string();
+    let err = Config::from_toml("[runtime]\nfuel_per_cal = 5\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("fuel_per_cal"), "{err}");
     let err = load_error("[plugins.txet]\nenabled = false\n");
-    assert!(err.contains("config names plugin \"txet\", but no plugin of that name was loaded"), "{err}");
+    assert!(
+        err.contains("config names plugin \"txet\", but no plugin of that name was loaded"),
+        "{err}"
+    );
 }
 
 // ---- the send-path API ---------------------------------------------------------------
@@ -197,27 +354,49 @@ fn start_up_refuses_an_unknown_config_key_and_an_unknown_plugin_name() {
 #[test]
 fn validate_normalizes_and_previews() {
     let reg = registry("");
-    let v = reg.validate(1, &user(1), br#"{"text":"  hello  "}"#).unwrap();
+    let v = reg
+        .validate(1, &user(1), br#"{"text":"  hello  "}"#)
+        .unwrap();
     assert_eq!(v.payload, r#"{"text":"hello"}"#);
     assert_eq!(v.plugin.manifest.name, "text");
     assert_eq!(reg.preview(1, &v.payload), "hello");
-    assert_eq!(reg.preview(10, r#"{"v":1,"type":"message","senderDeviceId":"p","header":"AQ==","ciphertext":"AAAA"}"#), "[encrypted message]");
+    assert_eq!(
+        reg.preview(
+            10,
+            r#"{"v":1,"type":"message","senderDeviceId":"p","header":"AQ==","ciphertext":"AAAA"}"#
+        ),
+        "[encrypted message]"
+    );
 }
 
 #[test]
 fn each_refusal_has_its_code() {
     let reg = registry("");
-    let code = |ct: u32, ctx: SendContext<'_>, p: &[u8]| reg.validate(ct, &ctx, p).unwrap_err().code();
+    let code =
+        |ct: u32, ctx: SendContext<'_>, p: &[u8]| reg.validate(ct, &ctx, p).unwrap_err().code();
     assert_eq!(code(4242, user(1), b"{}"), "content_type_unknown");
-    assert_eq!(code(8, user(2), br#"{"operatorId":"o","kickedUserIds":["b"]}"#), "content_type_forbidden");
-    assert_eq!(code(5, user(3), br#"{"state":"typing"}"#), "conversation_type_not_allowed");
+    assert_eq!(
+        code(8, user(2), br#"{"operatorId":"o","kickedUserIds":["b"]}"#),
+        "content_type_forbidden"
+    );
+    assert_eq!(
+        code(5, user(3), br#"{"state":"typing"}"#),
+        "conversation_type_not_allowed"
+    );
     assert_eq!(code(5, user(1), &[b' '; 257]), "payload_too_large");
     assert_eq!(code(1, user(1), b"{\"text\":\"\xff\"}"), "payload_invalid");
     let e = reg.validate(1, &user(1), br#"{"text":""}"#).unwrap_err();
     assert_eq!((e.code(), e.reason()), ("payload_invalid", Some("empty")));
     assert_eq!(e.to_string(), "text must not be empty");
     // The server itself may emit system kinds.
-    assert!(reg.validate(8, &system(2), br#"{"operatorId":"o","kickedUserIds":["b"]}"#).is_ok());
+    assert!(
+        reg.validate(
+            8,
+            &system(2),
+            br#"{"operatorId":"o","kickedUserIds":["b"]}"#
+        )
+        .is_ok()
+    );
 }
 
 #[test]
@@ -226,11 +405,17 @@ fn a_disabled_kind_rejects_sends_and_stays_readable() {
     let img = br#"{"url":"https://x.example/a.png","mime":"image/png","width":1,"height":1,"size":1,"caption":"cat"}"#;
     let e = reg.validate(2, &user(1), img).unwrap_err();
     assert_eq!(e.code(), "content_type_disabled");
-    assert_eq!(reg.preview(2, std::str::from_utf8(img).unwrap()), "[image] cat");
+    assert_eq!(
+        reg.preview(2, std::str::from_utf8(img).unwrap()),
+        "[image] cat"
+    );
     reg.set_enabled("image", true).unwrap();
     assert!(reg.validate(2, &user(1), img).is_ok());
     reg.set_enabled("image", false).unwrap();
-    assert_eq!(reg.validate(2, &user(1), img).unwrap_err().code(), "content_type_disabled");
+    assert_eq!(
+        reg.validate(2, &user(1), img).unwrap_err().code(),
+        "content_type_disabled"
+    );
 }
 
 #[test]
@@ -242,9 +427,13 @@ fn misbehaving_plugins_fail_one_message_and_the_host_keeps_serving() {
         toml_path(&fixture("trap")),
     ));
     for (ct, want) in [(9001, "budget"), (9002, "memory"), (9003, "trap")] {
-        let e = reg.validate(ct, &user(1), br#"{"text":"misbehave"}"#).unwrap_err();
+        let e = reg
+            .validate(ct, &user(1), br#"{"text":"misbehave"}"#)
+            .unwrap_err();
         assert_eq!(e.code(), "plugin_failed", "{e}");
-        let ValidateError::PluginFailed { failure, name, .. } = &e else { panic!("{e:?}") };
+        let ValidateError::PluginFailed { failure, name, .. } = &e else {
+            panic!("{e:?}")
+        };
         let kind = match failure {
             CallFailure::Budget { .. } => "budget",
             CallFailure::Memory { .. } => "memory",
@@ -253,8 +442,18 @@ fn misbehaving_plugins_fail_one_message_and_the_host_keeps_serving() {
         };
         assert_eq!(kind, want, "{name}: {e}");
         // The same plugin still serves good input on a fresh instance, and so do the others.
-        assert_eq!(reg.validate(ct, &user(1), br#"{"text":"ok"}"#).unwrap().payload, r#"{"text":"ok"}"#);
-        assert_eq!(reg.validate(1, &user(1), br#"{"text":"still here"}"#).unwrap().payload, r#"{"text":"still here"}"#);
+        assert_eq!(
+            reg.validate(ct, &user(1), br#"{"text":"ok"}"#)
+                .unwrap()
+                .payload,
+            r#"{"text":"ok"}"#
+        );
+        assert_eq!(
+            reg.validate(1, &user(1), br#"{"text":"still here"}"#)
+                .unwrap()
+                .payload,
+            r#"{"text":"still here"}"#
+        );
         let stats = reg.by_name(name).unwrap().stats();
         assert_eq!((stats.failed, stats.accepted), (1, 1), "{name}");
     }
@@ -262,17 +461,33 @@ fn misbehaving_plugins_fail_one_message_and_the_host_keeps_serving() {
 
 #[test]
 fn the_circuit_breaker_switches_a_failing_plugin_off_and_enable_resets_it() {
-    let reg = registry(&format!("[runtime]\nbreaker_failures = 3\n[plugins.trap]\npath = {}\n", toml_path(&fixture("trap"))));
+    let reg = registry(&format!(
+        "[runtime]\nbreaker_failures = 3\n[plugins.trap]\npath = {}\n",
+        toml_path(&fixture("trap"))
+    ));
     for _ in 0..3 {
-        assert_eq!(reg.validate(9003, &user(1), br#"{"text":"boom"}"#).unwrap_err().code(), "plugin_failed");
+        assert_eq!(
+            reg.validate(9003, &user(1), br#"{"text":"boom"}"#)
+                .unwrap_err()
+                .code(),
+            "plugin_failed"
+        );
     }
-    let e = reg.validate(9003, &user(1), br#"{"text":"ok"}"#).unwrap_err();
+    let e = reg
+        .validate(9003, &user(1), br#"{"text":"ok"}"#)
+        .unwrap_err();
     assert_eq!(e.code(), "content_type_disabled");
     let info = reg.by_name("trap").unwrap().info();
     assert!(!info.enabled);
     let tripped = info.tripped.expect("breaker reason");
-    assert!(tripped.starts_with("3 failures within 60 s, the last: trapped"), "{tripped}");
-    assert!(reg.validate(1, &user(1), br#"{"text":"others unaffected"}"#).is_ok());
+    assert!(
+        tripped.starts_with("3 failures within 60 s, the last: trapped"),
+        "{tripped}"
+    );
+    assert!(
+        reg.validate(1, &user(1), br#"{"text":"others unaffected"}"#)
+            .is_ok()
+    );
     let info = reg.set_enabled("trap", true).unwrap();
     assert!(info.enabled && info.tripped.is_none());
     assert!(reg.validate(9003, &user(1), br#"{"text":"ok"}"#).is_ok());
@@ -282,9 +497,20 @@ fn the_circuit_breaker_switches_a_failing_plugin_off_and_enable_resets_it() {
 fn fresh_and_pooled_isolation_give_the_same_results() {
     let pooled = registry("");
     let fresh = registry("[runtime]\nisolation = \"fresh\"\n");
-    for payload in [&br#"{"text":" a "}"#[..], br#"{"text":""}"#, b"{", br#"{"text":"b","mentions":["x"]}"#] {
-        let a = pooled.validate(1, &user(2), payload).map(|v| v.payload).map_err(|e| e.to_string());
-        let b = fresh.validate(1, &user(2), payload).map(|v| v.payload).map_err(|e| e.to_string());
+    for payload in [
+        &br#"{"text":" a "}"#[..],
+        br#"{"text":""}"#,
+        b"{",
+        br#"{"text":"b","mentions":["x"]}"#,
+    ] {
+        let a = pooled
+            .validate(1, &user(2), payload)
+            .map(|v| v.payload)
+            .map_err(|e| e.to_string());
+        let b = fresh
+            .validate(1, &user(2), payload)
+            .map(|v| v.payload)
+            .map_err(|e| e.to_string());
         assert_eq!(a, b);
     }
 }
@@ -296,22 +522,89 @@ fn reload_swaps_plugins_and_refuses_to_change_delivery_or_unread_counting() {
     let reg = registry("");
     // Add a plugin and switch one off.
     let list = reg
-        .reload(&Config::from_toml(&format!("[plugins.stateful]\npath = {}\n[plugins.typing]\nenabled = false\n", toml_path(&fixture("stateful")))).unwrap())
+        .reload(
+            &Config::from_toml(&format!(
+                "[plugins.stateful]\npath = {}\n[plugins.typing]\nenabled = false\n",
+                toml_path(&fixture("stateful"))
+            ))
+            .unwrap(),
+        )
         .unwrap();
     assert_eq!(list.len(), 11);
     assert!(reg.get(9005).is_some());
-    assert_eq!(reg.validate(5, &user(1), br#"{"state":"typing"}"#).unwrap_err().code(), "content_type_disabled");
+    assert_eq!(
+        reg.validate(5, &user(1), br#"{"state":"typing"}"#)
+            .unwrap_err()
+            .code(),
+        "content_type_disabled"
+    );
     // Replacing text with a live, non-counting kind would corrupt history: refused.
     let err = reg
-        .reload(&Config::from_toml(&format!("[plugins.text]\npath = {}\n", toml_path(&fixture("changed-text")))).unwrap())
+        .reload(
+            &Config::from_toml(&format!(
+                "[plugins.text]\npath = {}\n",
+                toml_path(&fixture("changed-text"))
+            ))
+            .unwrap(),
+        )
         .unwrap_err()
         .to_string();
-    assert!(err.contains("reload refused: text (content type 1) would change delivery from persistent to live"), "{err}");
-    assert!(err.contains("would change counts-unread from true to false"), "{err}");
+    assert!(
+        err.contains(
+            "reload refused: text (content type 1) would change delivery from persistent to live"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("would change counts-unread from true to false"),
+        "{err}"
+    );
     // The running set is untouched.
-    assert_eq!(reg.get(1).unwrap().manifest.delivery.to_string(), "persistent");
+    assert_eq!(
+        reg.get(1).unwrap().manifest.delivery.to_string(),
+        "persistent"
+    );
     assert!(reg.get(9005).is_some());
     // A reload that fails to load keeps the running set too.
-    assert!(reg.reload(&Config::from_toml("[plugins.nope]\nenabled = true\n").unwrap()).is_err());
+    assert!(
+        reg.reload(&Config::from_toml("[plugins.nope]\nenabled = true\n").unwrap())
+            .is_err()
+    );
     assert!(reg.get(9005).is_some());
+}
+
+#[test]
+fn the_plugin_template_builds_and_passes_the_contract_suite() {
+    let template = common::repo_root().join("plugin-sdk/template");
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-target");
+    let mut cmd = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+            || key.starts_with("RUSTC")
+            || key == "RUSTFLAGS"
+        {
+            cmd.env_remove(key);
+        }
+    }
+    let status = cmd
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(template.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let report = check_file(
+        &target.join("wasm32-wasip2/release/courier_kind_sticker.wasm"),
+        &quick(),
+    );
+    assert!(report.passed(), "{}", report.render());
+    assert_eq!(report.manifest.unwrap().content_type, 1100);
 }

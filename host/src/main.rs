@@ -57,7 +57,8 @@ enum PluginCommand {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -79,15 +80,35 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Plugin(PluginCommand::Check { file, cases, json, fuel, memory_mib, fuzz }) => {
-            let opts = CheckOptions { cases, fuel_per_call: fuel, memory_mib, fuzz, ..CheckOptions::default() };
+        Command::Plugin(PluginCommand::Check {
+            file,
+            cases,
+            json,
+            fuel,
+            memory_mib,
+            fuzz,
+        }) => {
+            let opts = CheckOptions {
+                cases,
+                fuel_per_call: fuel,
+                memory_mib,
+                fuzz,
+                ..CheckOptions::default()
+            };
             let report = check_file(&file, &opts);
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
             } else {
                 print!("{}", report.render());
             }
-            if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Command::Plugin(PluginCommand::List { config }) => {
             let config = match courier::config::Config::load(config.as_deref()) {
@@ -99,12 +120,21 @@ fn main() -> ExitCode {
             };
             match courier::plugins::PluginRegistry::load(&config) {
                 Ok(reg) => {
-                    println!("{:<16} {:>6}  {:<10} {:<6} {:<8} {:<8} source", "name", "type", "delivery", "unread", "sender", "enabled");
+                    println!(
+                        "{:<16} {:>6}  {:<10} {:<6} {:<8} {:<8} source",
+                        "name", "type", "delivery", "unread", "sender", "enabled"
+                    );
                     for p in reg.list() {
                         let m = &p.manifest;
                         println!(
                             "{:<16} {:>6}  {:<10} {:<6} {:<8} {:<8} {}",
-                            m.name, m.content_type, m.delivery.to_string(), m.counts_unread, format!("{:?}", m.sender).to_lowercase(), p.enabled, p.source
+                            m.name,
+                            m.content_type,
+                            m.delivery.to_string(),
+                            m.counts_unread,
+                            format!("{:?}", m.sender).to_lowercase(),
+                            p.enabled,
+                            p.source
                         );
                     }
                     ExitCode::SUCCESS

@@ -23,28 +23,54 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             enabled = p.enabled, source = %p.source, "plugin loaded"
         );
     }
-    tracing::info!("{} plugins loaded in {} ms", registry.list().len(), started.elapsed().as_millis());
+    tracing::info!(
+        "{} plugins loaded in {} ms",
+        registry.list().len(),
+        started.elapsed().as_millis()
+    );
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
     let state = AppState::new(registry, config, config_path);
-    tokio::spawn(reload_on_sighup(state.clone()));
+    // Registered before the listening line, so a SIGHUP right after start-up reloads
+    // instead of killing the process.
+    tokio::spawn(reload_on_sighup(state.clone(), sighup()));
     tracing::info!("courier listening on http://{addr}");
     // A line for scripts and tests that start the server on port 0.
     println!("listening on {addr}");
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown()).await?;
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown())
+        .await?;
     Ok(())
 }
 
 #[cfg(unix)]
-async fn reload_on_sighup(state: AppState) {
+type Hangup = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangup = Option<()>;
+
+#[cfg(unix)]
+fn sighup() -> Hangup {
     use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; reload through the admin endpoint");
-        return;
-    };
+    match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGHUP ({e}); reload through the admin endpoint");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn sighup() -> Hangup {
+    None
+}
+
+#[cfg(unix)]
+async fn reload_on_sighup(state: AppState, hup: Hangup) {
+    let Some(mut hup) = hup else { return };
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP: reloading the config and plugins");
         let s = state.clone();
@@ -57,7 +83,7 @@ async fn reload_on_sighup(state: AppState) {
 }
 
 #[cfg(not(unix))]
-async fn reload_on_sighup(_state: AppState) {}
+async fn reload_on_sighup(_state: AppState, _hup: Hangup) {}
 
 async fn shutdown() {
     let _ = tokio::signal::ctrl_c().await;

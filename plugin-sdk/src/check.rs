@@ -6,7 +6,10 @@ use crate::Rejection;
 pub fn text(field: &str, value: &str, max: usize) -> Result<String, Rejection> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(Rejection::new("empty", format!("{field} must not be empty")));
+        return Err(Rejection::new(
+            "empty",
+            format!("{field} must not be empty"),
+        ));
     }
     let n = trimmed.chars().count();
     if n > max {
@@ -15,7 +18,10 @@ pub fn text(field: &str, value: &str, max: usize) -> Result<String, Rejection> {
             format!("{field} has {n} characters, at most {max} are allowed"),
         ));
     }
-    if trimmed.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    if trimmed
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
         return Err(Rejection::new(
             "control_character",
             format!("{field} contains a control character"),
@@ -64,13 +70,20 @@ pub fn mime(field: &str, value: &str, top_levels: &[&str]) -> Result<String, Rej
     let token = |s: &str| {
         !s.is_empty()
             && s.len() <= 127
-            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
     };
     let Some((top, sub)) = lower.split_once('/') else {
-        return Err(Rejection::new("bad_mime", format!("{field} must look like type/subtype")));
+        return Err(Rejection::new(
+            "bad_mime",
+            format!("{field} must look like type/subtype"),
+        ));
     };
     if !token(top) || !token(sub) {
-        return Err(Rejection::new("bad_mime", format!("{field} must look like type/subtype")));
+        return Err(Rejection::new(
+            "bad_mime",
+            format!("{field} must look like type/subtype"),
+        ));
     }
     if !top_levels.is_empty() && !top_levels.contains(&top) {
         return Err(Rejection::new(
@@ -96,7 +109,9 @@ pub fn range(field: &str, value: u64, min: u64, max: u64) -> Result<(), Rejectio
 pub fn id(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
     if value.is_empty()
         || value.len() > max
-        || !value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        || !value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
         return Err(Rejection::new(
             "bad_id",

@@ -93,7 +93,10 @@ pub mod adapter {
         P::manifest().into()
     }
 
-    pub fn validate<P: Plugin>(ctx: wit::Context, payload: String) -> Result<String, wit::Rejection> {
+    pub fn validate<P: Plugin>(
+        ctx: wit::Context,
+        payload: String,
+    ) -> Result<String, wit::Rejection> {
         let ctx = Context {
             sender_id: ctx.sender_id,
             conversation_type: ctx.conversation_type,
@@ -102,7 +105,10 @@ pub mod adapter {
         let parsed = parse::<P>(&payload).map_err(wit::Rejection::from)?;
         let normalized = P::validate(&ctx, parsed).map_err(wit::Rejection::from)?;
         serde_json::to_string(&normalized).map_err(|e| {
-            wit::Rejection::from(Rejection::new("internal", format!("cannot serialize payload: {e}")))
+            wit::Rejection::from(Rejection::new(
+                "internal",
+                format!("cannot serialize payload: {e}"),
+            ))
         })
     }
 
@@ -160,7 +166,8 @@ macro_rules! export_plugin {
                 fn validate(
                     ctx: $crate::bindings::exports::courier::plugin::kind::Context,
                     payload: String,
-                ) -> Result<String, $crate::bindings::exports::courier::plugin::kind::Rejection> {
+                ) -> Result<String, $crate::bindings::exports::courier::plugin::kind::Rejection>
+                {
                     $crate::adapter::validate::<$plugin>(ctx, payload)
                 }
                 fn preview(payload: String) -> String {
@@ -171,7 +178,7 @@ macro_rules! export_plugin {
                 }
             }
 
-            $crate::bindings::__export_plugin_world!(CourierExport with_types_in $crate::bindings);
+    $crate::bindings::__export_plugin_world!(CourierExport with_types_in $crate::bindings);
         };
     };
 }

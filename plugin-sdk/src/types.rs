@@ -48,7 +48,10 @@ pub struct Rejection {
 
 impl Rejection {
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into() }
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -64,12 +67,22 @@ pub struct Example {
 impl Example {
     /// A payload `validate` must accept in a conversation of `conversation_type`.
     pub fn accept(name: &'static str, conversation_type: u8, payload: impl Into<String>) -> Self {
-        Self { name, conversation_type, payload: payload.into(), accepted: true }
+        Self {
+            name,
+            conversation_type,
+            payload: payload.into(),
+            accepted: true,
+        }
     }
 
     /// A payload `validate` must reject in a conversation of `conversation_type`.
     pub fn reject(name: &'static str, conversation_type: u8, payload: impl Into<String>) -> Self {
-        Self { name, conversation_type, payload: payload.into(), accepted: false }
+        Self {
+            name,
+            conversation_type,
+            payload: payload.into(),
+            accepted: false,
+        }
     }
 }
 
@@ -99,7 +112,10 @@ impl From<Manifest> for wit::KindManifest {
 
 impl From<Rejection> for wit::Rejection {
     fn from(r: Rejection) -> Self {
-        wit::Rejection { code: r.code, message: r.message }
+        wit::Rejection {
+            code: r.code,
+            message: r.message,
+        }
     }
 }
 

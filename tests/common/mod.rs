@@ -8,11 +8,17 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn target_root() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Builds `tests/fixtures/plugins` for wasm32-wasip2 (once) and returns the path of one
@@ -24,12 +30,22 @@ pub fn fixture(name: &str) -> PathBuf {
         let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
         for (key, _) in std::env::vars_os() {
             let key = key.to_string_lossy().into_owned();
-            if (key.starts_with("CARGO_") && key != "CARGO_HOME") || key.starts_with("RUSTC") || key == "RUSTFLAGS" {
+            if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+                || key.starts_with("RUSTC")
+                || key == "RUSTFLAGS"
+            {
                 cmd.env_remove(key);
             }
         }
         let status = cmd
-            .args(["build", "--release", "--quiet", "--target", "wasm32-wasip2", "--manifest-path"])
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
             .arg(repo_root().join("tests/fixtures/plugins/Cargo.toml"))
             .env("CARGO_TARGET_DIR", &target)
             .status()
@@ -54,8 +70,11 @@ pub fn builtin(name: &str) -> Vec<u8> {
 /// A fresh, empty directory under the target dir.
 pub fn scratch(label: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{label}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

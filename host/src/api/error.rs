@@ -18,11 +18,20 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, message: message.into(), reason: None }
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            reason: None,
+        }
     }
 
     pub fn unauthorized() -> ApiError {
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token")
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
     }
 
     pub fn not_found(what: impl Into<String>) -> ApiError {
@@ -42,7 +51,12 @@ impl From<ValidateError> for ApiError {
             ValidateError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::UNPROCESSABLE_ENTITY,
         };
-        ApiError { status, code: e.code(), message: e.to_string(), reason: e.reason().map(str::to_string) }
+        ApiError {
+            status,
+            code: e.code(),
+            message: e.to_string(),
+            reason: e.reason().map(str::to_string),
+        }
     }
 }
 

@@ -29,8 +29,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(registry: Arc<PluginRegistry>, config: Config, config_path: Option<PathBuf>) -> AppState {
-        AppState { registry, config: Arc::new(Mutex::new(config)), config_path }
+    pub fn new(
+        registry: Arc<PluginRegistry>,
+        config: Config,
+        config_path: Option<PathBuf>,
+    ) -> AppState {
+        AppState {
+            registry,
+            config: Arc::new(Mutex::new(config)),
+            config_path,
+        }
     }
 
     /// Re-reads the config file and reloads the plugins. CPU-heavy (compiles what changed):
@@ -43,7 +51,12 @@ impl AppState {
     }
 
     fn admin_token(&self) -> Option<String> {
-        self.config.lock().expect("config lock").server.admin_token.clone()
+        self.config
+            .lock()
+            .expect("config lock")
+            .server
+            .admin_token
+            .clone()
     }
 }
 
@@ -89,25 +102,44 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn admin_list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+async fn admin_list(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     require_admin(&s, &headers)?;
     Ok(Json(json!({ "plugins": s.registry.list() })))
 }
 
-async fn enable(State(s): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn enable(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     switch(s, headers, name, true)
 }
 
-async fn disable(State(s): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn disable(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     switch(s, headers, name, false)
 }
 
-fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Json<Value>, ApiError> {
+fn switch(
+    s: AppState,
+    headers: HeaderMap,
+    name: String,
+    on: bool,
+) -> Result<Json<Value>, ApiError> {
     require_admin(&s, &headers)?;
-    let info = s
-        .registry
-        .set_enabled(&name, on)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "plugin_not_found", format!("no plugin named {name:?}")))?;
+    let info = s.registry.set_enabled(&name, on).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "plugin_not_found",
+            format!("no plugin named {name:?}"),
+        )
+    })?;
     Ok(Json(json!({ "plugin": info })))
 }
 
@@ -119,7 +151,11 @@ async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Va
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     match result {
         Ok(list) => Ok(Json(json!({ "plugins": list }))),
-        Err(message) => Err(ApiError::new(StatusCode::CONFLICT, "reload_refused", message)),
+        Err(message) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "reload_refused",
+            message,
+        )),
     }
 }
 
@@ -136,21 +172,35 @@ struct DryRun {
 }
 
 /// Runs the send path's plugin checks on a payload without sending anything.
-async fn dry_run(State(s): State<AppState>, headers: HeaderMap, body: axum::body::Bytes) -> Result<Json<Value>, ApiError> {
+async fn dry_run(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
     require_admin(&s, &headers)?;
-    let req: DryRun = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?;
+    let req: DryRun = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?;
     let payload = req.payload.to_string();
     let registry = s.registry.clone();
     let result = tokio::task::spawn_blocking(move || {
         let ctx = SendContext {
             sender_id: if req.as_system { "system" } else { "admin" },
-            sender: if req.as_system { SenderKind::System } else { SenderKind::User },
+            sender: if req.as_system {
+                SenderKind::System
+            } else {
+                SenderKind::User
+            },
             conversation_type: req.conversation_type,
             conversation_id: "dry-run",
         };
         registry
             .validate(req.content_type, &ctx, payload.as_bytes())
-            .map(|v| (v.payload.clone(), registry.preview(req.content_type, &v.payload)))
+            .map(|v| {
+                (
+                    v.payload.clone(),
+                    registry.preview(req.content_type, &v.payload),
+                )
+            })
     })
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;

@@ -18,7 +18,7 @@ pub enum ConfigError {
     Check(String),
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -85,7 +85,10 @@ pub struct PluginEntry {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { listen: SocketAddr::from(([127, 0, 0, 1], 8080)), admin_token: None }
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            admin_token: None,
+        }
     }
 }
 
@@ -108,13 +111,12 @@ impl Default for RuntimeConfig {
 
 impl Default for PluginEntry {
     fn default() -> Self {
-        Self { enabled: true, path: None, sha256: None, fuel_per_call: None }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self { server: ServerConfig::default(), runtime: RuntimeConfig::default(), plugins: BTreeMap::new() }
+        Self {
+            enabled: true,
+            path: None,
+            sha256: None,
+            fuel_per_call: None,
+        }
     }
 }
 
@@ -131,9 +133,12 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(file));
         }
-        fig = fig.merge(Env::prefixed("COURIER_").split("__"));
+        // COURIER_LOG is the log filter, not a config key.
+        fig = fig.merge(Env::prefixed("COURIER_").ignore(&["log"]).split("__"));
         let config: Config = fig.extract().map_err(|e| ConfigError::Invalid {
-            path: file.map(|f| f.display().to_string()).unwrap_or_else(|| "(defaults)".into()),
+            path: file
+                .map(|f| f.display().to_string())
+                .unwrap_or_else(|| "(defaults)".into()),
             message: e.to_string(),
         })?;
         config.check()?;
@@ -145,7 +150,10 @@ impl Config {
         let config: Config = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::string(text))
             .extract()
-            .map_err(|e| ConfigError::Invalid { path: "(inline)".into(), message: e.to_string() })?;
+            .map_err(|e| ConfigError::Invalid {
+                path: "(inline)".into(),
+                message: e.to_string(),
+            })?;
         config.check()?;
         Ok(config)
     }
@@ -154,10 +162,14 @@ impl Config {
     pub fn check(&self) -> Result<(), ConfigError> {
         let r = &self.runtime;
         if r.fuel_per_call < 10_000 {
-            return Err(ConfigError::Check("runtime.fuel_per_call must be at least 10000".into()));
+            return Err(ConfigError::Check(
+                "runtime.fuel_per_call must be at least 10000".into(),
+            ));
         }
         if !(1..=4096).contains(&r.memory_mib) {
-            return Err(ConfigError::Check("runtime.memory_mib must be between 1 and 4096".into()));
+            return Err(ConfigError::Check(
+                "runtime.memory_mib must be between 1 and 4096".into(),
+            ));
         }
         if r.recycle_after_calls == 0 || r.breaker_failures == 0 || r.breaker_window_secs == 0 {
             return Err(ConfigError::Check(
@@ -167,7 +179,9 @@ impl Config {
         if let Some(token) = &self.server.admin_token
             && token.len() < 16
         {
-            return Err(ConfigError::Check("server.admin_token must be at least 16 characters".into()));
+            return Err(ConfigError::Check(
+                "server.admin_token must be at least 16 characters".into(),
+            ));
         }
         for (name, entry) in &self.plugins {
             if let Some(pin) = &entry.sha256
@@ -194,10 +208,20 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_parses_to_the_defaults() {
+        let example = Config::from_toml(include_str!("../../../courier.example.toml")).unwrap();
+        assert_eq!(example, Config::default());
+    }
+
+    #[test]
     fn unknown_key_is_named() {
-        let err = Config::from_toml("[runtime]\nfuel = 5\n").unwrap_err().to_string();
+        let err = Config::from_toml("[runtime]\nfuel = 5\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("fuel"), "{err}");
-        let err = Config::from_toml("[plugins.text]\nenable = false\n").unwrap_err().to_string();
+        let err = Config::from_toml("[plugins.text]\nenable = false\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("enable"), "{err}");
     }
 
@@ -213,7 +237,9 @@ mod tests {
 
     #[test]
     fn bad_pin_is_refused() {
-        let err = Config::from_toml("[plugins.text]\nsha256 = \"abc\"\n").unwrap_err().to_string();
+        let err = Config::from_toml("[plugins.text]\nsha256 = \"abc\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("plugins.text.sha256"), "{err}");
     }
 }

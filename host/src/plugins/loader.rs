@@ -23,12 +23,18 @@ pub const LOG_INTERFACE: &str = "courier:plugin/log";
 /// toolchains (Rust's wasm32-wasip2 std, componentize-py, componentize-js) import them.
 /// What each gives a plugin: nothing from the outside world.
 pub const NEUTRALIZED_WASI: &[(&str, &str)] = &[
-    ("wasi:cli/", "no arguments, no environment, stdin empty, stdout/stderr discarded"),
+    (
+        "wasi:cli/",
+        "no arguments, no environment, stdin empty, stdout/stderr discarded",
+    ),
     ("wasi:io/", "streams of the above only"),
     ("wasi:clocks/", "frozen at 0: no clock"),
     ("wasi:random/", "fixed seed: deterministic"),
     ("wasi:filesystem/", "no preopened directory: no files"),
-    ("wasi:sockets/", "every socket and name lookup denied: no network"),
+    (
+        "wasi:sockets/",
+        "every socket and name lookup denied: no network",
+    ),
 ];
 
 /// Where a plugin came from.
@@ -61,7 +67,11 @@ pub enum LoadFailure {
     #[error("exports no {KIND_INTERFACE} interface, so it is not a Courier plugin (exports: {0})")]
     NoContract(String),
     #[error("plugin targets {target}, host supports {min}–{max}")]
-    Version { target: String, min: String, max: String },
+    Version {
+        target: String,
+        min: String,
+        max: String,
+    },
     #[error("imports outside the contract: {0}")]
     Imports(String),
     #[error("cannot be instantiated: {0}")]
@@ -82,7 +92,10 @@ pub struct LoadError {
 
 impl LoadError {
     pub fn new(source: &Source, failure: LoadFailure) -> LoadError {
-        LoadError { source_name: source.to_string(), failure }
+        LoadError {
+            source_name: source.to_string(),
+            failure,
+        }
     }
 }
 
@@ -94,7 +107,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Component-model binaries carry layer 1 in the version field; core modules carry 1/0.
 pub fn check_is_component(bytes: &[u8]) -> Result<(), LoadFailure> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err(LoadFailure::NotComponent("the file does not start with the WebAssembly magic bytes".into()));
+        return Err(LoadFailure::NotComponent(
+            "the file does not start with the WebAssembly magic bytes".into(),
+        ));
     }
     if bytes[4..8] == [1, 0, 0, 0] {
         return Err(LoadFailure::NotComponent(
@@ -105,19 +120,37 @@ pub fn check_is_component(bytes: &[u8]) -> Result<(), LoadFailure> {
 }
 
 /// The contract version a component targets, from its `courier:plugin/kind@X.Y.Z` export.
-pub fn contract_version(runtime: &Runtime, component: &Component) -> Result<(u64, u64, u64), LoadFailure> {
+pub fn contract_version(
+    runtime: &Runtime,
+    component: &Component,
+) -> Result<(u64, u64, u64), LoadFailure> {
     let ty = component.component_type();
-    let exports: Vec<String> = ty.exports(runtime.engine()).map(|(n, _)| n.to_string()).collect();
-    let Some(v) = exports
-        .iter()
-        .find_map(|n| n.strip_prefix(KIND_INTERFACE).and_then(|r| r.strip_prefix('@')))
-    else {
-        let list = if exports.is_empty() { "none".to_string() } else { exports.join(", ") };
+    let exports: Vec<String> = ty
+        .exports(runtime.engine())
+        .map(|(n, _)| n.to_string())
+        .collect();
+    let Some(v) = exports.iter().find_map(|n| {
+        n.strip_prefix(KIND_INTERFACE)
+            .and_then(|r| r.strip_prefix('@'))
+    }) else {
+        let list = if exports.is_empty() {
+            "none".to_string()
+        } else {
+            exports.join(", ")
+        };
         return Err(LoadFailure::NoContract(list));
     };
-    let nums: Vec<u64> = v.split(['-', '+']).next().unwrap_or_default().split('.').filter_map(|p| p.parse().ok()).collect();
+    let nums: Vec<u64> = v
+        .split(['-', '+'])
+        .next()
+        .unwrap_or_default()
+        .split('.')
+        .filter_map(|p| p.parse().ok())
+        .collect();
     let [major, minor, patch] = nums[..] else {
-        return Err(LoadFailure::NoContract(format!("{KIND_INTERFACE}@{v} has no valid version")));
+        return Err(LoadFailure::NoContract(format!(
+            "{KIND_INTERFACE}@{v} has no valid version"
+        )));
     };
     let supported = (major, minor) >= CONTRACT_MIN && (major, minor) <= CONTRACT_MAX;
     if !supported {
@@ -147,9 +180,15 @@ pub fn classify_imports(runtime: &Runtime, component: &Component) -> Vec<ImportV
             } else if name.starts_with(&format!("{LOG_INTERFACE}@1.")) {
                 Some("the contract's log function")
             } else {
-                NEUTRALIZED_WASI.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|(_, note)| *note)
+                NEUTRALIZED_WASI
+                    .iter()
+                    .find(|(prefix, _)| name.starts_with(prefix))
+                    .map(|(_, note)| *note)
             };
-            ImportVerdict { name: name.to_string(), allowed }
+            ImportVerdict {
+                name: name.to_string(),
+                allowed,
+            }
         })
         .collect()
 }
@@ -160,7 +199,11 @@ pub fn check_imports(runtime: &Runtime, component: &Component) -> Result<(), Loa
         .filter(|v| v.allowed.is_none())
         .map(|v| v.name)
         .collect();
-    if refused.is_empty() { Ok(()) } else { Err(LoadFailure::Imports(refused.join(", "))) }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(LoadFailure::Imports(refused.join(", ")))
+    }
 }
 
 /// A component that passed every load check, with its instance pool and manifest.
@@ -172,10 +215,16 @@ pub struct Checked {
 }
 
 /// Runs every load check on an already compiled component.
-pub fn check_component(runtime: &Runtime, component: Component, limits: Limits) -> Result<Checked, LoadFailure> {
+pub fn check_component(
+    runtime: &Runtime,
+    component: Component,
+    limits: Limits,
+) -> Result<Checked, LoadFailure> {
     let (major, minor, patch) = contract_version(runtime, &component)?;
     check_imports(runtime, &component)?;
-    let pre = runtime.prepare(&component).map_err(|e| LoadFailure::Instantiate(format!("{e:#}")))?;
+    let pre = runtime
+        .prepare(&component)
+        .map_err(|e| LoadFailure::Instantiate(format!("{e:#}")))?;
     let pool = InstancePool::new("(loading)", runtime, pre, limits);
     let manifest: Manifest = pool
         .call(|store, b| b.courier_plugin_kind().call_manifest(store))
@@ -187,7 +236,12 @@ pub fn check_component(runtime: &Runtime, component: Component, limits: Limits) 
         return Err(LoadFailure::Manifest(problems.join("; ")));
     }
     let pool = pool.renamed(&manifest.name);
-    Ok(Checked { component, pool, manifest, contract: format!("{major}.{minor}.{patch}") })
+    Ok(Checked {
+        component,
+        pool,
+        manifest,
+        contract: format!("{major}.{minor}.{patch}"),
+    })
 }
 
 /// Reads, checks the pin, checks the header and compiles. `compiled` short-cuts the
@@ -202,12 +256,17 @@ pub fn compile(
     if let Some(pin) = pin
         && !pin.eq_ignore_ascii_case(&sha)
     {
-        return Err(LoadFailure::ShaMismatch { expected: pin.to_ascii_lowercase(), actual: sha });
+        return Err(LoadFailure::ShaMismatch {
+            expected: pin.to_ascii_lowercase(),
+            actual: sha,
+        });
     }
     check_is_component(bytes)?;
     if let Some(c) = compiled {
         return Ok((c, sha));
     }
-    let component = runtime.compile(bytes).map_err(|e| LoadFailure::Compile(format!("{e:#}")))?;
+    let component = runtime
+        .compile(bytes)
+        .map_err(|e| LoadFailure::Compile(format!("{e:#}")))?;
     Ok((component, sha))
 }

@@ -85,13 +85,22 @@ impl Manifest {
         let mut p = Vec::new();
         let name_ok = !self.name.is_empty()
             && self.name.len() <= 32
-            && self.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !self.name.starts_with('-');
         if !name_ok {
-            p.push(format!("name {:?} must be 1-32 characters of a-z, 0-9 and -", self.name));
+            p.push(format!(
+                "name {:?} must be 1-32 characters of a-z, 0-9 and -",
+                self.name
+            ));
         }
         if !is_semver(&self.version) {
-            p.push(format!("version {:?} must be semver (MAJOR.MINOR.PATCH)", self.version));
+            p.push(format!(
+                "version {:?} must be semver (MAJOR.MINOR.PATCH)",
+                self.version
+            ));
         }
         if self.content_type == 0 {
             p.push("content type 0 is reserved".into());
@@ -108,13 +117,18 @@ impl Manifest {
             }
         }
         if !self.delivery.is_stored() && self.counts_unread {
-            p.push(format!("a {} kind is never stored, so it cannot count toward unread", self.delivery));
+            p.push(format!(
+                "a {} kind is never stored, so it cannot count toward unread",
+                self.delivery
+            ));
         }
         if !self.delivery.is_stored() && self.conversation_types.contains(&0) {
             p.push("the user stream (conversation type 0) only holds persistent kinds".into());
         }
         if self.max_payload_bytes == 0 || self.max_payload_bytes > MAX_PAYLOAD_CEILING {
-            p.push(format!("max payload bytes must be between 1 and {MAX_PAYLOAD_CEILING}"));
+            p.push(format!(
+                "max payload bytes must be between 1 and {MAX_PAYLOAD_CEILING}"
+            ));
         }
         if self.description.trim().is_empty() || self.description.len() > 300 {
             p.push("description must be 1-300 bytes".into());
@@ -126,7 +140,10 @@ impl Manifest {
 fn is_semver(v: &str) -> bool {
     let core = v.split(['-', '+']).next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -166,7 +183,17 @@ mod tests {
             ..text()
         };
         let p = m.problems().join("\n");
-        for needle in ["name", "semver", "reserved", "listed twice", "7 is not", "cannot count", "user stream", "max payload", "description"] {
+        for needle in [
+            "name",
+            "semver",
+            "reserved",
+            "listed twice",
+            "7 is not",
+            "cannot count",
+            "user stream",
+            "max payload",
+            "description",
+        ] {
             assert!(p.contains(needle), "missing {needle:?} in\n{p}");
         }
     }

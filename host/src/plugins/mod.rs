@@ -11,5 +11,7 @@ pub mod runtime;
 
 pub use loader::{LoadError, LoadFailure, Source};
 pub use manifest::{Delivery, Manifest, SenderKind};
-pub use registry::{LoadErrors, LoadedPlugin, PluginInfo, PluginRegistry, SendContext, ValidateError, Validated};
+pub use registry::{
+    LoadErrors, LoadedPlugin, PluginInfo, PluginRegistry, SendContext, ValidateError, Validated,
+};
 pub use runtime::{CallCost, CallFailure, Limits};

@@ -36,14 +36,24 @@ pub enum ValidateError {
     Disabled { content_type: u32, name: String },
     #[error("content type {content_type} ({name}) is sent only by the server")]
     Forbidden { content_type: u32, name: String },
-    #[error("{name} cannot be sent to conversation type {conversation_type} (allowed: {allowed:?})")]
-    ConversationType { name: String, conversation_type: u8, allowed: Vec<u8> },
+    #[error(
+        "{name} cannot be sent to conversation type {conversation_type} (allowed: {allowed:?})"
+    )]
+    ConversationType {
+        name: String,
+        conversation_type: u8,
+        allowed: Vec<u8>,
+    },
     #[error("payload is {size} bytes, {name} accepts at most {max}")]
     TooLarge { name: String, size: usize, max: u32 },
     #[error("{message}")]
     Invalid { code: String, message: String },
     #[error("plugin {name} (content type {content_type}) failed: {failure}")]
-    PluginFailed { name: String, content_type: u32, failure: CallFailure },
+    PluginFailed {
+        name: String,
+        content_type: u32,
+        failure: CallFailure,
+    },
 }
 
 impl ValidateError {
@@ -105,7 +115,10 @@ pub struct LoadedPlugin {
 
 impl std::fmt::Debug for LoadedPlugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedPlugin").field("name", &self.manifest.name).field("source", &self.source).finish()
+        f.debug_struct("LoadedPlugin")
+            .field("name", &self.manifest.name)
+            .field("source", &self.source)
+            .finish()
     }
 }
 
@@ -169,7 +182,11 @@ impl LoadedPlugin {
         let mut b = self.breaker.lock().expect("breaker lock");
         let now = Instant::now();
         b.failures.push_back(now);
-        while b.failures.front().is_some_and(|t| now.duration_since(*t) > self.breaker_window) {
+        while b
+            .failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.breaker_window)
+        {
             b.failures.pop_front();
         }
         if b.tripped.is_none() && b.failures.len() >= self.breaker_failures {
@@ -186,14 +203,21 @@ impl LoadedPlugin {
     }
 
     /// Validates under the budget; no registry lookups, no enabled check.
-    pub fn call_validate(&self, ctx: &SendContext<'_>, payload: &str) -> Result<Result<String, (String, String)>, CallFailure> {
+    pub fn call_validate(
+        &self,
+        ctx: &SendContext<'_>,
+        payload: &str,
+    ) -> Result<Result<String, (String, String)>, CallFailure> {
         let wit_ctx = WitContext {
             sender_id: ctx.sender_id.to_string(),
             conversation_type: ctx.conversation_type,
             conversation_id: ctx.conversation_id.to_string(),
         };
         self.pool
-            .call(|store, b| b.courier_plugin_kind().call_validate(store, &wit_ctx, payload))
+            .call(|store, b| {
+                b.courier_plugin_kind()
+                    .call_validate(store, &wit_ctx, payload)
+            })
             .0
             .map(|r| r.map_err(|rej| (rej.code, rej.message)))
     }
@@ -221,10 +245,14 @@ pub struct LoadErrors(pub Vec<String>);
 impl PluginRegistry {
     /// Loads every plugin the config asks for; refuses (listing every problem) if any fails.
     pub fn load(config: &Config) -> Result<PluginRegistry, LoadErrors> {
-        let runtime = Runtime::new().map_err(|e| LoadErrors(vec![format!("cannot start the wasm engine: {e:#}")]))?;
+        let runtime = Runtime::new()
+            .map_err(|e| LoadErrors(vec![format!("cannot start the wasm engine: {e:#}")]))?;
         let registry = PluginRegistry {
             runtime,
-            current: RwLock::new(Arc::new(Snapshot { by_type: HashMap::new(), by_name: BTreeMap::new() })),
+            current: RwLock::new(Arc::new(Snapshot {
+                by_type: HashMap::new(),
+                by_name: BTreeMap::new(),
+            })),
             compiled: Mutex::new(HashMap::new()),
             reloading: Mutex::new(()),
         };
@@ -257,18 +285,31 @@ impl PluginRegistry {
 
     /// The full send-path check: known, enabled, sender allowed, conversation type allowed,
     /// size (before any wasm runs), UTF-8, then the plugin's own `validate`.
-    pub fn validate(&self, content_type: u32, ctx: &SendContext<'_>, payload: &[u8]) -> Result<Validated, ValidateError> {
-        let plugin = self.get(content_type).ok_or(ValidateError::Unknown(content_type))?;
+    pub fn validate(
+        &self,
+        content_type: u32,
+        ctx: &SendContext<'_>,
+        payload: &[u8],
+    ) -> Result<Validated, ValidateError> {
+        let plugin = self
+            .get(content_type)
+            .ok_or(ValidateError::Unknown(content_type))?;
         let m = &plugin.manifest;
         if !plugin.is_enabled() {
-            return Err(ValidateError::Disabled { content_type, name: m.name.clone() });
+            return Err(ValidateError::Disabled {
+                content_type,
+                name: m.name.clone(),
+            });
         }
         let text = precheck(m, ctx, payload)?;
         plugin.stats.calls.fetch_add(1, Ordering::Relaxed);
         match plugin.call_validate(ctx, text) {
             Ok(Ok(normalized)) => {
                 plugin.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                Ok(Validated { plugin: plugin.clone(), payload: normalized })
+                Ok(Validated {
+                    plugin: plugin.clone(),
+                    payload: normalized,
+                })
             }
             Ok(Err((code, message))) => {
                 plugin.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -276,7 +317,11 @@ impl PluginRegistry {
             }
             Err(failure) => {
                 plugin.record_failure(&failure);
-                Err(ValidateError::PluginFailed { name: m.name.clone(), content_type, failure })
+                Err(ValidateError::PluginFailed {
+                    name: m.name.clone(),
+                    content_type,
+                    failure,
+                })
             }
         }
     }
@@ -287,7 +332,11 @@ impl PluginRegistry {
         let Some(plugin) = self.get(content_type) else {
             return "[unsupported message]".into();
         };
-        match plugin.pool.call(|store, b| b.courier_plugin_kind().call_preview(store, payload)).0 {
+        match plugin
+            .pool
+            .call(|store, b| b.courier_plugin_kind().call_preview(store, payload))
+            .0
+        {
             Ok(line) => line,
             Err(failure) => {
                 plugin.record_failure(&failure);
@@ -351,8 +400,16 @@ impl PluginRegistry {
         for (name, entry) in &config.plugins {
             if let Some(path) = &entry.path {
                 match std::fs::read(path) {
-                    Ok(bytes) => candidates.push((Some(name.clone()), Source::File(path.clone()), bytes)),
-                    Err(e) => errors.push(LoadError::new(&Source::File(path.clone()), LoadFailure::Read(e.to_string())).to_string()),
+                    Ok(bytes) => {
+                        candidates.push((Some(name.clone()), Source::File(path.clone()), bytes))
+                    }
+                    Err(e) => errors.push(
+                        LoadError::new(
+                            &Source::File(path.clone()),
+                            LoadFailure::Read(e.to_string()),
+                        )
+                        .to_string(),
+                    ),
                 }
             }
         }
@@ -360,7 +417,11 @@ impl PluginRegistry {
             for (name, bytes) in BUILTINS {
                 let overridden = config.plugins.get(*name).is_some_and(|e| e.path.is_some());
                 if !overridden {
-                    candidates.push((Some(name.to_string()), Source::Builtin(name.to_string()), bytes.to_vec()));
+                    candidates.push((
+                        Some(name.to_string()),
+                        Source::Builtin(name.to_string()),
+                        bytes.to_vec(),
+                    ));
                 }
             }
         }
@@ -370,11 +431,20 @@ impl PluginRegistry {
                     for path in files {
                         match std::fs::read(&path) {
                             Ok(bytes) => candidates.push((None, Source::File(path), bytes)),
-                            Err(e) => errors.push(LoadError::new(&Source::File(path), LoadFailure::Read(e.to_string())).to_string()),
+                            Err(e) => errors.push(
+                                LoadError::new(
+                                    &Source::File(path),
+                                    LoadFailure::Read(e.to_string()),
+                                )
+                                .to_string(),
+                            ),
                         }
                     }
                 }
-                Err(e) => errors.push(format!("{}: cannot list the plugin directory: {e}", dir.display())),
+                Err(e) => errors.push(format!(
+                    "{}: cannot list the plugin directory: {e}",
+                    dir.display()
+                )),
             }
         }
 
@@ -383,7 +453,13 @@ impl PluginRegistry {
         for (expected, source, bytes) in candidates {
             let entry = expected.as_ref().and_then(|n| config.plugins.get(n));
             let pin = entry.and_then(|e| e.sha256.as_deref());
-            match self.load_one(rc, &source, &bytes, pin, entry.and_then(|e| e.fuel_per_call)) {
+            match self.load_one(
+                rc,
+                &source,
+                &bytes,
+                pin,
+                entry.and_then(|e| e.fuel_per_call),
+            ) {
                 Err(e) => errors.push(e.to_string()),
                 Ok((checked_manifest, plugin)) => {
                     let name = checked_manifest.name.clone();
@@ -398,18 +474,36 @@ impl PluginRegistry {
                         && let Some(pin) = entry.and_then(|e| e.sha256.as_deref())
                         && !pin.eq_ignore_ascii_case(&plugin.sha256)
                     {
-                        errors.push(LoadError::new(&source, LoadFailure::ShaMismatch { expected: pin.to_ascii_lowercase(), actual: plugin.sha256.clone() }).to_string());
+                        errors.push(
+                            LoadError::new(
+                                &source,
+                                LoadFailure::ShaMismatch {
+                                    expected: pin.to_ascii_lowercase(),
+                                    actual: plugin.sha256.clone(),
+                                },
+                            )
+                            .to_string(),
+                        );
                         continue;
                     }
-                    plugin.enabled.store(entry.is_none_or(|e| e.enabled), Ordering::Release);
+                    plugin
+                        .enabled
+                        .store(entry.is_none_or(|e| e.enabled), Ordering::Release);
                     if let Some(other) = by_name.get(&name) {
-                        errors.push(format!("two plugins are named {name:?}: {} and {}", other.source, plugin.source));
+                        errors.push(format!(
+                            "two plugins are named {name:?}: {} and {}",
+                            other.source, plugin.source
+                        ));
                         continue;
                     }
                     if let Some(other) = by_type.get(&checked_manifest.content_type) {
                         errors.push(format!(
                             "content type {} is claimed by two plugins: {} ({}) and {} ({})",
-                            checked_manifest.content_type, other.manifest.name, other.source, name, plugin.source
+                            checked_manifest.content_type,
+                            other.manifest.name,
+                            other.source,
+                            name,
+                            plugin.source
                         ));
                         continue;
                     }
@@ -420,7 +514,9 @@ impl PluginRegistry {
         }
         for name in config.plugins.keys() {
             if !by_name.contains_key(name) && !errors.iter().any(|e| e.contains(name.as_str())) {
-                errors.push(format!("config names plugin {name:?}, but no plugin of that name was loaded"));
+                errors.push(format!(
+                    "config names plugin {name:?}, but no plugin of that name was loaded"
+                ));
             }
         }
         if !errors.is_empty() {
@@ -438,11 +534,21 @@ impl PluginRegistry {
         fuel: Option<u64>,
     ) -> Result<(Manifest, Arc<LoadedPlugin>), LoadError> {
         let sha = loader::sha256_hex(bytes);
-        let cached = self.compiled.lock().expect("compile cache").get(&sha).cloned();
-        let (component, sha) = loader::compile(&self.runtime, bytes, pin, cached).map_err(|f| LoadError::new(source, f))?;
-        self.compiled.lock().expect("compile cache").insert(sha.clone(), component.clone());
-        let checked = loader::check_component(&self.runtime, component, Limits::from_config(rc, fuel))
+        let cached = self
+            .compiled
+            .lock()
+            .expect("compile cache")
+            .get(&sha)
+            .cloned();
+        let (component, sha) = loader::compile(&self.runtime, bytes, pin, cached)
             .map_err(|f| LoadError::new(source, f))?;
+        self.compiled
+            .lock()
+            .expect("compile cache")
+            .insert(sha.clone(), component.clone());
+        let checked =
+            loader::check_component(&self.runtime, component, Limits::from_config(rc, fuel))
+                .map_err(|f| LoadError::new(source, f))?;
         let plugin = Arc::new(LoadedPlugin {
             manifest: checked.manifest.clone(),
             source: source.clone(),
@@ -450,7 +556,10 @@ impl PluginRegistry {
             contract: checked.contract,
             pool: checked.pool,
             enabled: AtomicBool::new(true),
-            breaker: Mutex::new(Breaker { failures: VecDeque::new(), tripped: None }),
+            breaker: Mutex::new(Breaker {
+                failures: VecDeque::new(),
+                tripped: None,
+            }),
             stats: Stats::default(),
             breaker_failures: rc.breaker_failures as usize,
             breaker_window: Duration::from_secs(rc.breaker_window_secs),
@@ -461,9 +570,16 @@ impl PluginRegistry {
 
 /// The checks the host makes before any wasm runs: sender kind, conversation type,
 /// size, UTF-8. Returns the payload as text.
-pub fn precheck<'p>(m: &Manifest, ctx: &SendContext<'_>, payload: &'p [u8]) -> Result<&'p str, ValidateError> {
+pub fn precheck<'p>(
+    m: &Manifest,
+    ctx: &SendContext<'_>,
+    payload: &'p [u8],
+) -> Result<&'p str, ValidateError> {
     if m.sender == SenderKind::System && ctx.sender == SenderKind::User {
-        return Err(ValidateError::Forbidden { content_type: m.content_type, name: m.name.clone() });
+        return Err(ValidateError::Forbidden {
+            content_type: m.content_type,
+            name: m.name.clone(),
+        });
     }
     if !m.conversation_types.contains(&ctx.conversation_type) {
         return Err(ValidateError::ConversationType {
@@ -473,7 +589,11 @@ pub fn precheck<'p>(m: &Manifest, ctx: &SendContext<'_>, payload: &'p [u8]) -> R
         });
     }
     if payload.len() > m.max_payload_bytes as usize {
-        return Err(ValidateError::TooLarge { name: m.name.clone(), size: payload.len(), max: m.max_payload_bytes });
+        return Err(ValidateError::TooLarge {
+            name: m.name.clone(),
+            size: payload.len(),
+            max: m.max_payload_bytes,
+        });
     }
     std::str::from_utf8(payload).map_err(|e| ValidateError::Invalid {
         code: "not_utf8".into(),

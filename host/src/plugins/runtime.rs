@@ -108,7 +108,10 @@ pub struct HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -154,22 +157,39 @@ struct MemoryCapExceeded {
 
 impl std::fmt::Display for MemoryCapExceeded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "memory growth to {} bytes exceeds the cap of {} bytes", self.asked, self.cap)
+        write!(
+            f,
+            "memory growth to {} bytes exceeds the cap of {} bytes",
+            self.asked, self.cap
+        )
     }
 }
 
 impl std::error::Error for MemoryCapExceeded {}
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.cap {
-            return Err(wasmtime::Error::new(MemoryCapExceeded { asked: desired, cap: self.cap }));
+            return Err(wasmtime::Error::new(MemoryCapExceeded {
+                asked: desired,
+                cap: self.cap,
+            }));
         }
         self.current = self.current.max(desired);
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -230,8 +250,19 @@ pub struct InstancePool {
 }
 
 impl InstancePool {
-    pub fn new(name: &str, runtime: &Runtime, pre: PluginPre<HostState>, limits: Limits) -> InstancePool {
-        InstancePool { name: name.into(), engine: runtime.engine().clone(), pre, limits, idle: Mutex::new(Vec::new()) }
+    pub fn new(
+        name: &str,
+        runtime: &Runtime,
+        pre: PluginPre<HostState>,
+        limits: Limits,
+    ) -> InstancePool {
+        InstancePool {
+            name: name.into(),
+            engine: runtime.engine().clone(),
+            pre,
+            limits,
+            idle: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn limits(&self) -> Limits {
@@ -241,7 +272,10 @@ impl InstancePool {
     /// The same pool, logging under the plugin's own name (known once its manifest is read).
     pub fn renamed(self, name: &str) -> InstancePool {
         self.idle.lock().expect("pool lock").clear();
-        InstancePool { name: name.into(), ..self }
+        InstancePool {
+            name: name.into(),
+            ..self
+        }
     }
 
     fn instantiate(&self) -> Result<Slot, CallFailure> {
@@ -249,14 +283,26 @@ impl InstancePool {
             plugin: self.name.clone(),
             wasi: inert_wasi(),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { cap: self.limits.memory_bytes, current: 0 },
+            limiter: MemoryLimiter {
+                cap: self.limits.memory_bytes,
+                current: 0,
+            },
             log_lines: 0,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_fuel(self.limits.fuel_per_call).map_err(|e| CallFailure::Instantiate(e.to_string()))?;
-        let bindings = self.pre.instantiate(&mut store).map_err(|e| classify(e, self.limits))?;
-        Ok(Slot { store, bindings, calls: 0 })
+        store
+            .set_fuel(self.limits.fuel_per_call)
+            .map_err(|e| CallFailure::Instantiate(e.to_string()))?;
+        let bindings = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify(e, self.limits))?;
+        Ok(Slot {
+            store,
+            bindings,
+            calls: 0,
+        })
     }
 
     /// Runs `f` on an instance under the budget. A failed call drops its instance.
@@ -267,13 +313,28 @@ impl InstancePool {
     ) -> (Result<R, CallFailure>, CallCost) {
         let started = Instant::now();
         let pooled = self.limits.isolation == Isolation::Pooled;
-        let reused = if pooled { self.idle.lock().expect("pool lock").pop() } else { None };
+        let reused = if pooled {
+            self.idle.lock().expect("pool lock").pop()
+        } else {
+            None
+        };
         let mut slot = match reused.map(Ok).unwrap_or_else(|| self.instantiate()) {
             Ok(s) => s,
-            Err(e) => return (Err(e), CallCost { micros: started.elapsed().as_micros() as u64, ..CallCost::default() }),
+            Err(e) => {
+                return (
+                    Err(e),
+                    CallCost {
+                        micros: started.elapsed().as_micros() as u64,
+                        ..CallCost::default()
+                    },
+                );
+            }
         };
         if let Err(e) = slot.store.set_fuel(self.limits.fuel_per_call) {
-            return (Err(CallFailure::Instantiate(e.to_string())), CallCost::default());
+            return (
+                Err(CallFailure::Instantiate(e.to_string())),
+                CallCost::default(),
+            );
         }
         let result = f(&mut slot.store, &slot.bindings);
         let left = slot.store.get_fuel().unwrap_or(0);
@@ -307,10 +368,15 @@ impl InstancePool {
 
 fn classify(e: wasmtime::Error, limits: Limits) -> CallFailure {
     if let Some(m) = e.downcast_ref::<MemoryCapExceeded>() {
-        return CallFailure::Memory { asked: m.asked, cap: m.cap };
+        return CallFailure::Memory {
+            asked: m.asked,
+            cap: m.cap,
+        };
     }
     if let Some(Trap::OutOfFuel) = e.downcast_ref::<Trap>() {
-        return CallFailure::Budget { fuel: limits.fuel_per_call };
+        return CallFailure::Budget {
+            fuel: limits.fuel_per_call,
+        };
     }
     if let Some(t) = e.downcast_ref::<Trap>() {
         return CallFailure::Trap(t.to_string());

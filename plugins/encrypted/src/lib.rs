@@ -35,11 +35,17 @@ struct Envelope {
 }
 
 fn base64_field(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
-    let bytes = STANDARD
-        .decode(value)
-        .map_err(|e| Rejection::new("bad_base64", format!("{field} is not standard padded base64: {e}")))?;
+    let bytes = STANDARD.decode(value).map_err(|e| {
+        Rejection::new(
+            "bad_base64",
+            format!("{field} is not standard padded base64: {e}"),
+        )
+    })?;
     if bytes.is_empty() || bytes.len() > max {
-        return Err(Rejection::new("bad_size", format!("{field} must decode to 1 to {max} bytes")));
+        return Err(Rejection::new(
+            "bad_size",
+            format!("{field} must decode to 1 to {max} bytes"),
+        ));
     }
     Ok(())
 }
@@ -65,7 +71,10 @@ impl Plugin for EncryptedKind {
 
     fn validate(_ctx: &Context, e: Envelope) -> Result<Envelope, Rejection> {
         if e.v != 1 {
-            return Err(Rejection::new("unsupported_version", format!("envelope version {} is not supported, use 1", e.v)));
+            return Err(Rejection::new(
+                "unsupported_version",
+                format!("envelope version {} is not supported, use 1", e.v),
+            ));
         }
         check::id("senderDeviceId", &e.sender_device_id, 64)?;
         if let Some(r) = &e.recipient_device_id {

@@ -39,11 +39,19 @@ impl Plugin for FileKind {
         check::https_url("url", &p.url)?;
         let name = check::text("name", &p.name, 255)?;
         if name.contains(['/', '\\', '\n', '\t']) || name == "." || name == ".." {
-            return Err(Rejection::new("bad_name", "name must be a plain file name without slashes"));
+            return Err(Rejection::new(
+                "bad_name",
+                "name must be a plain file name without slashes",
+            ));
         }
         let mime = check::mime("mime", &p.mime, &[])?;
         check::range("size", p.size, 1, MAX_BYTES)?;
-        Ok(File { url: p.url, name, mime, size: p.size })
+        Ok(File {
+            url: p.url,
+            name,
+            mime,
+            size: p.size,
+        })
     }
 
     fn preview(p: &File) -> String {

@@ -50,7 +50,10 @@ impl Plugin for FriendRequestKind {
         check::id("fromUserId", &p.from_user_id, 64)?;
         check::id("toUserId", &p.to_user_id, 64)?;
         if p.from_user_id == p.to_user_id {
-            return Err(Rejection::new("self_request", "a user cannot befriend themselves"));
+            return Err(Rejection::new(
+                "self_request",
+                "a user cannot befriend themselves",
+            ));
         }
         let message = check::optional_text("message", &p.message, 200)?;
         Ok(FriendRequest { message, ..p })

@@ -48,14 +48,21 @@ impl Plugin for GroupKickKind {
         for id in p.kicked_user_ids {
             check::id("kickedUserIds[]", &id, 64)?;
             if id == p.operator_id {
-                return Err(Rejection::new("self_kick", "the operator cannot kick themselves"));
+                return Err(Rejection::new(
+                    "self_kick",
+                    "the operator cannot kick themselves",
+                ));
             }
             if !kicked.contains(&id) {
                 kicked.push(id);
             }
         }
         let reason = check::optional_text("reason", &p.reason, 200)?;
-        Ok(GroupKick { operator_id: p.operator_id, kicked_user_ids: kicked, reason })
+        Ok(GroupKick {
+            operator_id: p.operator_id,
+            kicked_user_ids: kicked,
+            reason,
+        })
     }
 
     fn preview(p: &GroupKick) -> String {
@@ -67,15 +74,27 @@ impl Plugin for GroupKickKind {
 
     fn examples() -> Vec<Example> {
         vec![
-            Example::accept("one", 2, r#"{"operatorId":"owner","kickedUserIds":["bob"]}"#),
+            Example::accept(
+                "one",
+                2,
+                r#"{"operatorId":"owner","kickedUserIds":["bob"]}"#,
+            ),
             Example::accept(
                 "dedup",
                 2,
                 r#"{"operatorId":"owner","kickedUserIds":["bob","carol","bob"],"reason":"spam"}"#,
             ),
             Example::reject("nobody", 2, r#"{"operatorId":"owner","kickedUserIds":[]}"#),
-            Example::reject("self", 2, r#"{"operatorId":"owner","kickedUserIds":["owner"]}"#),
-            Example::reject("bad-id", 2, r#"{"operatorId":"owner","kickedUserIds":[""]}"#),
+            Example::reject(
+                "self",
+                2,
+                r#"{"operatorId":"owner","kickedUserIds":["owner"]}"#,
+            ),
+            Example::reject(
+                "bad-id",
+                2,
+                r#"{"operatorId":"owner","kickedUserIds":[""]}"#,
+            ),
         ]
     }
 }

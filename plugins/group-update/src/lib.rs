@@ -42,14 +42,31 @@ impl Plugin for GroupUpdateKind {
     fn validate(_ctx: &Context, p: GroupUpdate) -> Result<GroupUpdate, Rejection> {
         check::id("operatorId", &p.operator_id, 64)?;
         if p.name.is_none() && p.notice.is_none() && p.avatar.is_none() && p.mute_all.is_none() {
-            return Err(Rejection::new("no_change", "at least one of name, notice, avatar, muteAll is required"));
+            return Err(Rejection::new(
+                "no_change",
+                "at least one of name, notice, avatar, muteAll is required",
+            ));
         }
-        let name = p.name.as_deref().map(|n| check::text("name", n, 64)).transpose()?;
-        let notice = p.notice.as_deref().map(|n| check::optional_text("notice", n, 2000)).transpose()?;
+        let name = p
+            .name
+            .as_deref()
+            .map(|n| check::text("name", n, 64))
+            .transpose()?;
+        let notice = p
+            .notice
+            .as_deref()
+            .map(|n| check::optional_text("notice", n, 2000))
+            .transpose()?;
         if let Some(a) = &p.avatar {
             check::https_url("avatar", a)?;
         }
-        Ok(GroupUpdate { operator_id: p.operator_id, name, notice, avatar: p.avatar, mute_all: p.mute_all })
+        Ok(GroupUpdate {
+            operator_id: p.operator_id,
+            name,
+            notice,
+            avatar: p.avatar,
+            mute_all: p.mute_all,
+        })
     }
 
     fn preview(p: &GroupUpdate) -> String {
@@ -57,7 +74,11 @@ impl Plugin for GroupUpdateKind {
         if let Some(n) = &p.name {
             format!("{who} renamed the group to {n}")
         } else if let Some(n) = &p.notice {
-            if n.is_empty() { format!("{who} cleared the notice") } else { format!("{who} posted a notice: {n}") }
+            if n.is_empty() {
+                format!("{who} cleared the notice")
+            } else {
+                format!("{who} posted a notice: {n}")
+            }
         } else if p.avatar.is_some() {
             format!("{who} changed the group picture")
         } else if p.mute_all == Some(true) {
@@ -69,14 +90,34 @@ impl Plugin for GroupUpdateKind {
 
     fn examples() -> Vec<Example> {
         vec![
-            Example::accept("rename", 2, r#"{"operatorId":"owner","name":" Hiking club "}"#),
-            Example::accept("notice", 3, r#"{"operatorId":"owner","notice":"Trip on Saturday"}"#),
-            Example::accept("avatar", 2, r#"{"operatorId":"admin1","avatar":"https://cdn.example.com/g.png"}"#),
+            Example::accept(
+                "rename",
+                2,
+                r#"{"operatorId":"owner","name":" Hiking club "}"#,
+            ),
+            Example::accept(
+                "notice",
+                3,
+                r#"{"operatorId":"owner","notice":"Trip on Saturday"}"#,
+            ),
+            Example::accept(
+                "avatar",
+                2,
+                r#"{"operatorId":"admin1","avatar":"https://cdn.example.com/g.png"}"#,
+            ),
             Example::accept("mute-all", 2, r#"{"operatorId":"owner","muteAll":true}"#),
             Example::reject("nothing", 2, r#"{"operatorId":"owner"}"#),
             Example::reject("empty-name", 2, r#"{"operatorId":"owner","name":""}"#),
-            Example::reject("http-avatar", 2, r#"{"operatorId":"owner","avatar":"http://x.example/g.png"}"#),
-            Example::reject("mute-string", 2, r#"{"operatorId":"owner","muteAll":"yes"}"#),
+            Example::reject(
+                "http-avatar",
+                2,
+                r#"{"operatorId":"owner","avatar":"http://x.example/g.png"}"#,
+            ),
+            Example::reject(
+                "mute-string",
+                2,
+                r#"{"operatorId":"owner","muteAll":"yes"}"#,
+            ),
         ]
     }
 }

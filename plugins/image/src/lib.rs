@@ -65,7 +65,11 @@ impl Plugin for ImageKind {
     }
 
     fn preview(p: &Image) -> String {
-        if p.caption.is_empty() { "[image]".into() } else { format!("[image] {}", p.caption) }
+        if p.caption.is_empty() {
+            "[image]".into()
+        } else {
+            format!("[image] {}", p.caption)
+        }
     }
 
     fn examples() -> Vec<Example> {
@@ -100,7 +104,11 @@ impl Plugin for ImageKind {
                 1,
                 r#"{"url":"https://cdn.example.com/a.jpg","mime":"image/jpeg","width":8,"height":6,"size":999999999999}"#,
             ),
-            Example::reject("missing-fields", 1, r#"{"url":"https://cdn.example.com/a.jpg"}"#),
+            Example::reject(
+                "missing-fields",
+                1,
+                r#"{"url":"https://cdn.example.com/a.jpg"}"#,
+            ),
             Example::reject(
                 "url-with-space",
                 1,

@@ -66,7 +66,10 @@ fn call_id(s: &Signal) -> &str {
 
 fn sdp(s: &str) -> Result<(), Rejection> {
     if s.is_empty() || s.len() > MAX_SDP {
-        return Err(Rejection::new("bad_sdp", format!("sdp must be 1 to {MAX_SDP} bytes")));
+        return Err(Rejection::new(
+            "bad_sdp",
+            format!("sdp must be 1 to {MAX_SDP} bytes"),
+        ));
     }
     if !s.starts_with("v=0") {
         return Err(Rejection::new("bad_sdp", "sdp must start with v=0"));
@@ -97,21 +100,31 @@ impl Plugin for RtcCallKind {
         check::id("callId", call_id(&s), 64)?;
         match &s {
             Signal::Offer { sdp: d, .. } | Signal::Answer { sdp: d, .. } => sdp(d)?,
-            Signal::Ice { candidate, sdp_mid, .. } => {
-                if candidate.len() > 1024 || !(candidate.is_empty() || candidate.starts_with("candidate:")) {
+            Signal::Ice {
+                candidate, sdp_mid, ..
+            } => {
+                if candidate.len() > 1024
+                    || !(candidate.is_empty() || candidate.starts_with("candidate:"))
+                {
                     return Err(Rejection::new(
                         "bad_candidate",
                         "candidate must be empty (end of candidates) or start with candidate:, at most 1024 bytes",
                     ));
                 }
                 if sdp_mid.as_ref().is_some_and(|m| m.len() > 64) {
-                    return Err(Rejection::new("bad_candidate", "sdpMid is at most 64 bytes"));
+                    return Err(Rejection::new(
+                        "bad_candidate",
+                        "sdpMid is at most 64 bytes",
+                    ));
                 }
             }
             Signal::Reject { reason, .. } => {
                 check::optional_text("reason", reason, 200)?;
             }
-            Signal::Hangup { duration_ms: Some(d), .. } => check::range("durationMs", *d, 0, 7 * 24 * 3_600_000)?,
+            Signal::Hangup {
+                duration_ms: Some(d),
+                ..
+            } => check::range("durationMs", *d, 0, 7 * 24 * 3_600_000)?,
             _ => {}
         }
         Ok(s)
@@ -119,8 +132,14 @@ impl Plugin for RtcCallKind {
 
     fn preview(s: &Signal) -> String {
         match s {
-            Signal::Invite { media: Media::Video, .. } => "incoming video call".into(),
-            Signal::Invite { media: Media::Audio, .. } => "incoming voice call".into(),
+            Signal::Invite {
+                media: Media::Video,
+                ..
+            } => "incoming video call".into(),
+            Signal::Invite {
+                media: Media::Audio,
+                ..
+            } => "incoming voice call".into(),
             Signal::Cancel { .. } => "missed call".into(),
             Signal::Hangup { .. } => "call ended".into(),
             _ => String::new(),
@@ -129,25 +148,61 @@ impl Plugin for RtcCallKind {
 
     fn examples() -> Vec<Example> {
         vec![
-            Example::accept("invite", 1, r#"{"action":"invite","callId":"c-1","media":"video"}"#),
+            Example::accept(
+                "invite",
+                1,
+                r#"{"action":"invite","callId":"c-1","media":"video"}"#,
+            ),
             Example::accept("accept", 1, r#"{"action":"accept","callId":"c-1"}"#),
-            Example::accept("reject", 1, r#"{"action":"reject","callId":"c-1","reason":"busy"}"#),
+            Example::accept(
+                "reject",
+                1,
+                r#"{"action":"reject","callId":"c-1","reason":"busy"}"#,
+            ),
             Example::accept("cancel", 2, r#"{"action":"cancel","callId":"c-1"}"#),
-            Example::accept("hangup", 1, r#"{"action":"hangup","callId":"c-1","durationMs":61000}"#),
-            Example::accept("offer", 1, r#"{"action":"offer","callId":"c-1","sdp":"v=0\r\no=- 46117 2 IN IP4 127.0.0.1\r\ns=-\r\n"}"#),
-            Example::accept("answer", 1, r#"{"action":"answer","callId":"c-1","sdp":"v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n"}"#),
+            Example::accept(
+                "hangup",
+                1,
+                r#"{"action":"hangup","callId":"c-1","durationMs":61000}"#,
+            ),
+            Example::accept(
+                "offer",
+                1,
+                r#"{"action":"offer","callId":"c-1","sdp":"v=0\r\no=- 46117 2 IN IP4 127.0.0.1\r\ns=-\r\n"}"#,
+            ),
+            Example::accept(
+                "answer",
+                1,
+                r#"{"action":"answer","callId":"c-1","sdp":"v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\n"}"#,
+            ),
             Example::accept(
                 "ice",
                 1,
                 r#"{"action":"ice","callId":"c-1","candidate":"candidate:1 1 udp 2122260223 192.0.2.1 54400 typ host","sdpMid":"0","sdpMLineIndex":0}"#,
             ),
-            Example::accept("end-of-candidates", 1, r#"{"action":"ice","callId":"c-1","candidate":""}"#),
+            Example::accept(
+                "end-of-candidates",
+                1,
+                r#"{"action":"ice","callId":"c-1","candidate":""}"#,
+            ),
             Example::reject("unknown-action", 1, r#"{"action":"dance","callId":"c-1"}"#),
             Example::reject("no-action", 1, r#"{"callId":"c-1"}"#),
-            Example::reject("bad-media", 1, r#"{"action":"invite","callId":"c-1","media":"hologram"}"#),
-            Example::reject("bad-sdp", 1, r#"{"action":"offer","callId":"c-1","sdp":"hello"}"#),
+            Example::reject(
+                "bad-media",
+                1,
+                r#"{"action":"invite","callId":"c-1","media":"hologram"}"#,
+            ),
+            Example::reject(
+                "bad-sdp",
+                1,
+                r#"{"action":"offer","callId":"c-1","sdp":"hello"}"#,
+            ),
             Example::reject("bad-call-id", 1, r#"{"action":"accept","callId":"a b"}"#),
-            Example::reject("bad-candidate", 1, r#"{"action":"ice","callId":"c-1","candidate":"x"}"#),
+            Example::reject(
+                "bad-candidate",
+                1,
+                r#"{"action":"ice","callId":"c-1","candidate":"x"}"#,
+            ),
         ]
     }
 }

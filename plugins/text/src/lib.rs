@@ -45,7 +45,10 @@ impl Plugin for TextKind {
             ));
         }
         if !p.mentions.is_empty() && ctx.conversation_type == 1 {
-            return Err(Rejection::new("mentions_not_allowed", "mentions are for groups and channels"));
+            return Err(Rejection::new(
+                "mentions_not_allowed",
+                "mentions are for groups and channels",
+            ));
         }
         let mut mentions = Vec::with_capacity(p.mentions.len());
         for m in p.mentions {
@@ -66,14 +69,26 @@ impl Plugin for TextKind {
             Example::accept("plain", 1, r#"{"text":"hello"}"#),
             Example::accept("trimmed", 2, r#"{"text":"  hi there \n"}"#),
             Example::accept("unicode", 1, r#"{"text":"你好 👋 — ça va?"}"#),
-            Example::accept("mentions", 2, r#"{"text":"@bob look","mentions":["bob","bob","all"]}"#),
+            Example::accept(
+                "mentions",
+                2,
+                r#"{"text":"@bob look","mentions":["bob","bob","all"]}"#,
+            ),
             Example::reject("empty", 1, r#"{"text":"   "}"#),
             Example::reject("missing-text", 1, r#"{}"#),
             Example::reject("number", 1, r#"{"text":42}"#),
             Example::reject("unknown-field", 1, r#"{"text":"a","color":"red"}"#),
-            Example::reject("too-long", 1, format!(r#"{{"text":"{}"}}"#, "a".repeat(MAX_CHARS + 1))),
+            Example::reject(
+                "too-long",
+                1,
+                format!(r#"{{"text":"{}"}}"#, "a".repeat(MAX_CHARS + 1)),
+            ),
             Example::reject("control-char", 1, r#"{"text":"a\u0007b"}"#),
-            Example::reject("mentions-in-private", 1, r#"{"text":"a","mentions":["bob"]}"#),
+            Example::reject(
+                "mentions-in-private",
+                1,
+                r#"{"text":"a","mentions":["bob"]}"#,
+            ),
             Example::reject("bad-mention", 2, r#"{"text":"a","mentions":["bob smith"]}"#),
         ]
     }

@@ -1,7 +1,9 @@
 //! `typing` (content type 5): "is typing" indicators. Live only, coalesced: a slow
 //! queue keeps just the newest per sender and conversation.
 
-use courier_plugin_sdk::{Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, export_plugin};
+use courier_plugin_sdk::{
+    Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, export_plugin,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq)]

@@ -46,19 +46,35 @@ fn run_one(dir: &Path, probe: &mut Probe, m: &Manifest) -> Result<(), String> {
     let input = trim_newline(input);
     let ctx: CaseContext = match std::fs::read_to_string(dir.join("context.json")) {
         Ok(t) => serde_json::from_str(&t).map_err(|e| format!("context.json: {e}"))?,
-        Err(_) => CaseContext { conversation_type: None, sender_id: None, sender: None },
+        Err(_) => CaseContext {
+            conversation_type: None,
+            sender_id: None,
+            sender: None,
+        },
     };
     let sender = match ctx.sender.as_deref() {
         Some("system") => SenderKind::System,
         Some("user") => SenderKind::User,
         None => m.sender,
-        Some(other) => return Err(format!("context.json: sender must be user or system, not {other:?}")),
+        Some(other) => {
+            return Err(format!(
+                "context.json: sender must be user or system, not {other:?}"
+            ));
+        }
     };
-    let sender_id = ctx.sender_id.unwrap_or_else(|| if sender == SenderKind::System { "system".into() } else { "u-case".into() });
+    let sender_id = ctx.sender_id.unwrap_or_else(|| {
+        if sender == SenderKind::System {
+            "system".into()
+        } else {
+            "u-case".into()
+        }
+    });
     let send = SendContext {
         sender_id: &sender_id,
         sender,
-        conversation_type: ctx.conversation_type.unwrap_or_else(|| m.conversation_types.first().copied().unwrap_or(1)),
+        conversation_type: ctx
+            .conversation_type
+            .unwrap_or_else(|| m.conversation_types.first().copied().unwrap_or(1)),
         conversation_id: "c-case",
     };
     let outcome = probe.validate_as(&send, &input);
@@ -66,11 +82,17 @@ fn run_one(dir: &Path, probe: &mut Probe, m: &Manifest) -> Result<(), String> {
     let error = std::fs::read_to_string(dir.join("error.txt")).ok();
     match (expected, error) {
         (Some(exp), None) => {
-            let want: serde_json::Value = serde_json::from_str(&exp).map_err(|e| format!("expected.json: {e}"))?;
+            let want: serde_json::Value =
+                serde_json::from_str(&exp).map_err(|e| format!("expected.json: {e}"))?;
             match &outcome {
                 Outcome::Accepted(out) => {
-                    let got: serde_json::Value = serde_json::from_str(out).map_err(|e| format!("the plugin returned invalid JSON: {e}"))?;
-                    if got == want { Ok(()) } else { Err(format!("expected {want}, got {got}")) }
+                    let got: serde_json::Value = serde_json::from_str(out)
+                        .map_err(|e| format!("the plugin returned invalid JSON: {e}"))?;
+                    if got == want {
+                        Ok(())
+                    } else {
+                        Err(format!("expected {want}, got {got}"))
+                    }
                 }
                 other => Err(format!("expected acceptance, got {}", other.describe())),
             }
@@ -82,7 +104,11 @@ fn run_one(dir: &Path, probe: &mut Probe, m: &Manifest) -> Result<(), String> {
                 Outcome::Refused(code) => want == *code,
                 _ => false,
             };
-            if ok { Ok(()) } else { Err(format!("expected error {want}, got {}", outcome.describe())) }
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("expected error {want}, got {}", outcome.describe()))
+            }
         }
         (Some(_), Some(_)) => Err("has both expected.json and error.txt".into()),
         (None, None) => Err("has neither expected.json nor error.txt".into()),

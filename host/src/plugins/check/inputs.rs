@@ -3,9 +3,32 @@
 /// Not JSON at all: every one must be rejected.
 pub fn malformed() -> Vec<String> {
     let mut v: Vec<String> = [
-        "", " ", "{", "}", "[", "{\"", "{\"a\"", "{\"a\":", "{\"a\":}", "{,}", "{'a':1}", "{a:1}",
-        "nul", "tru", "[1,]", "{\"a\":1,}", "\"unterminated", "{\"a\":\"\\u12\"}", "{\"a\":01}",
-        "{\"a\":1}{\"b\":2}", "{\"a\":1} trailing", "NaN", "Infinity", "\u{feff}{}", "\0", "{\"a\":\"\u{1}\"}",
+        "",
+        " ",
+        "{",
+        "}",
+        "[",
+        "{\"",
+        "{\"a\"",
+        "{\"a\":",
+        "{\"a\":}",
+        "{,}",
+        "{'a':1}",
+        "{a:1}",
+        "nul",
+        "tru",
+        "[1,]",
+        "{\"a\":1,}",
+        "\"unterminated",
+        "{\"a\":\"\\u12\"}",
+        "{\"a\":01}",
+        "{\"a\":1}{\"b\":2}",
+        "{\"a\":1} trailing",
+        "NaN",
+        "Infinity",
+        "\u{feff}{}",
+        "\0",
+        "{\"a\":\"\u{1}\"}",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -18,8 +41,20 @@ pub fn malformed() -> Vec<String> {
 /// Valid JSON of the wrong shape: accept or reject, but never trap.
 pub fn odd_but_valid_json() -> Vec<String> {
     let mut v: Vec<String> = [
-        "null", "true", "0", "-1", "1e308", "\"text\"", "[]", "{}", "[{}]", "{\"\":\"\"}",
-        "{\"text\":null}", "{\"text\":\"\\ud800\"}", "{\"seq\":18446744073709551616}", "{\"a\":[1,2,3]}",
+        "null",
+        "true",
+        "0",
+        "-1",
+        "1e308",
+        "\"text\"",
+        "[]",
+        "{}",
+        "[{}]",
+        "{\"\":\"\"}",
+        "{\"text\":null}",
+        "{\"text\":\"\\ud800\"}",
+        "{\"seq\":18446744073709551616}",
+        "{\"a\":[1,2,3]}",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -50,7 +85,9 @@ pub fn mutate(rng: &mut fastrand::Rng, base: &str, max: usize) -> String {
             }
             2 => {
                 let i = rng.usize(..=bytes.len());
-                let b = *b"{}[]\":,\\0-e.tnfu a\n".get(rng.usize(..19)).unwrap_or(&b' ');
+                let b = *b"{}[]\":,\\0-e.tnfu a\n"
+                    .get(rng.usize(..19))
+                    .unwrap_or(&b' ');
                 bytes.insert(i, b);
             }
             3 if bytes.len() > 1 => {
@@ -65,7 +102,8 @@ pub fn mutate(rng: &mut fastrand::Rng, base: &str, max: usize) -> String {
             5 => return replace_value(rng, base, "-1".into()),
             6 => return replace_value(rng, base, "18446744073709551615".into()),
             7 => {
-                let odd = ["null", "true", "[]", "{}", "\"\"", "1.5", "\"\\u0000\""][rng.usize(..7)];
+                let odd =
+                    ["null", "true", "[]", "{}", "\"\"", "1.5", "\"\\u0000\""][rng.usize(..7)];
                 return replace_value(rng, base, odd.into());
             }
             _ => {

@@ -31,7 +31,13 @@ pub struct CheckOptions {
 impl Default for CheckOptions {
     fn default() -> Self {
         let rc = RuntimeConfig::default();
-        CheckOptions { cases: None, fuel_per_call: rc.fuel_per_call, memory_mib: rc.memory_mib, fuzz: 1000, seed: 0x0c0_01e4 }
+        CheckOptions {
+            cases: None,
+            fuel_per_call: rc.fuel_per_call,
+            memory_mib: rc.memory_mib,
+            fuzz: 1000,
+            seed: 0x0c0_01e4,
+        }
     }
 }
 
@@ -76,7 +82,11 @@ impl Report {
                 m.version,
                 m.content_type,
                 m.delivery,
-                if m.counts_unread { "counts unread" } else { "does not count unread" }
+                if m.counts_unread {
+                    "counts unread"
+                } else {
+                    "does not count unread"
+                }
             );
         }
         for c in &self.checks {
@@ -86,22 +96,37 @@ impl Report {
                 Status::Skip => "SKIP",
             };
             let mut lines = c.detail.lines();
-            out += &format!("  {tag}  {:<13} {}\n", c.name, lines.next().unwrap_or_default());
+            out += &format!(
+                "  {tag}  {:<13} {}\n",
+                c.name,
+                lines.next().unwrap_or_default()
+            );
             for l in lines {
                 out += &format!("  {:<4}  {:<13} {l}\n", "", "");
             }
         }
-        let failed = self.checks.iter().filter(|c| c.status == Status::Fail).count();
+        let failed = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .count();
         if failed == 0 {
             out += &format!("result: PASS ({} checks)\n", self.checks.len());
         } else {
-            out += &format!("result: FAIL ({failed} of {} checks failed)\n", self.checks.len());
+            out += &format!(
+                "result: FAIL ({failed} of {} checks failed)\n",
+                self.checks.len()
+            );
         }
         out
     }
 
     fn push(&mut self, name: &'static str, status: Status, detail: impl Into<String>) {
-        self.checks.push(Check { name, status, detail: detail.into() });
+        self.checks.push(Check {
+            name,
+            status,
+            detail: detail.into(),
+        });
     }
 
     fn skip_rest(&mut self, names: &[&'static str], why: &str) {
@@ -112,8 +137,20 @@ impl Report {
 }
 
 const ALL_CHECKS: &[&str] = &[
-    "component", "compiles", "contract", "imports", "manifest", "examples", "determinism", "idempotence",
-    "preview", "malformed", "oversized", "fuzz", "cases", "budget",
+    "component",
+    "compiles",
+    "contract",
+    "imports",
+    "manifest",
+    "examples",
+    "determinism",
+    "idempotence",
+    "preview",
+    "malformed",
+    "oversized",
+    "fuzz",
+    "cases",
+    "budget",
 ];
 
 /// Checks a file.
@@ -121,8 +158,16 @@ pub fn check_file(path: &Path, opts: &CheckOptions) -> Report {
     match std::fs::read(path) {
         Ok(bytes) => check_bytes(&path.display().to_string(), &bytes, opts),
         Err(e) => {
-            let mut r = Report { file: path.display().to_string(), manifest: None, checks: vec![] };
-            r.push("component", Status::Fail, format!("cannot read the file: {e}"));
+            let mut r = Report {
+                file: path.display().to_string(),
+                manifest: None,
+                checks: vec![],
+            };
+            r.push(
+                "component",
+                Status::Fail,
+                format!("cannot read the file: {e}"),
+            );
             r.skip_rest(&ALL_CHECKS[1..], "the file could not be read");
             r
         }
@@ -131,18 +176,34 @@ pub fn check_file(path: &Path, opts: &CheckOptions) -> Report {
 
 /// Checks component bytes; `file` names them in the report.
 pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
-    let mut r = Report { file: file.to_string(), manifest: None, checks: vec![] };
+    let mut r = Report {
+        file: file.to_string(),
+        manifest: None,
+        checks: vec![],
+    };
     if let Err(e) = loader::check_is_component(bytes) {
         r.push("component", Status::Fail, e.to_string());
         r.skip_rest(&ALL_CHECKS[1..], "not a component");
         return r;
     }
-    r.push("component", Status::Pass, format!("WebAssembly component, {} KiB, sha256 {}", bytes.len() / 1024, loader::sha256_hex(bytes)));
+    r.push(
+        "component",
+        Status::Pass,
+        format!(
+            "WebAssembly component, {} KiB, sha256 {}",
+            bytes.len() / 1024,
+            loader::sha256_hex(bytes)
+        ),
+    );
 
     let runtime = match Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            r.push("compiles", Status::Fail, format!("cannot start the wasm engine: {e:#}"));
+            r.push(
+                "compiles",
+                Status::Fail,
+                format!("cannot start the wasm engine: {e:#}"),
+            );
             return r;
         }
     };
@@ -155,13 +216,20 @@ pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
             return r;
         }
     };
-    r.push("compiles", Status::Pass, format!("in {} ms", started.elapsed().as_millis()));
+    r.push(
+        "compiles",
+        Status::Pass,
+        format!("in {} ms", started.elapsed().as_millis()),
+    );
 
     match loader::contract_version(&runtime, &component) {
         Ok((a, b, c)) => r.push(
             "contract",
             Status::Pass,
-            format!("targets courier:plugin@{a}.{b}.{c}; host supports {}.{}–{}.{}", CONTRACT_MIN.0, CONTRACT_MIN.1, CONTRACT_MAX.0, CONTRACT_MAX.1),
+            format!(
+                "targets courier:plugin@{a}.{b}.{c}; host supports {}.{}–{}.{}",
+                CONTRACT_MIN.0, CONTRACT_MIN.1, CONTRACT_MAX.0, CONTRACT_MAX.1
+            ),
         ),
         Err(e) => {
             r.push("contract", Status::Fail, e.to_string());
@@ -171,15 +239,26 @@ pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
     }
 
     let verdicts = loader::classify_imports(&runtime, &component);
-    let refused: Vec<&str> = verdicts.iter().filter(|v| v.allowed.is_none()).map(|v| v.name.as_str()).collect();
+    let refused: Vec<&str> = verdicts
+        .iter()
+        .filter(|v| v.allowed.is_none())
+        .map(|v| v.name.as_str())
+        .collect();
     let mut detail = String::new();
     if refused.is_empty() {
-        detail += &format!("{} imports, all within the contract or neutralized WASI", verdicts.len());
+        detail += &format!(
+            "{} imports, all within the contract or neutralized WASI",
+            verdicts.len()
+        );
     } else {
         detail += &format!("imports outside the contract: {}", refused.join(", "));
     }
     for v in &verdicts {
-        detail += &format!("\n{} — {}", v.name, v.allowed.unwrap_or("REFUSED: not provided to plugins"));
+        detail += &format!(
+            "\n{} — {}",
+            v.name,
+            v.allowed.unwrap_or("REFUSED: not provided to plugins")
+        );
     }
     if !refused.is_empty() {
         r.push("imports", Status::Fail, detail);
@@ -197,12 +276,21 @@ pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
     };
     let pool = |isolation| -> Result<InstancePool, String> {
         let pre = runtime.prepare(&component).map_err(|e| format!("{e:#}"))?;
-        Ok(InstancePool::new("(check)", &runtime, pre, limits(isolation)))
+        Ok(InstancePool::new(
+            "(check)",
+            &runtime,
+            pre,
+            limits(isolation),
+        ))
     };
     let (pooled, fresh) = match (pool(Isolation::Pooled), pool(Isolation::Fresh)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
-            r.push("manifest", Status::Fail, format!("cannot be instantiated: {e}"));
+            r.push(
+                "manifest",
+                Status::Fail,
+                format!("cannot be instantiated: {e}"),
+            );
             r.skip_rest(&ALL_CHECKS[5..], "cannot be instantiated");
             return r;
         }
@@ -221,7 +309,17 @@ pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
         r.push(
             "manifest",
             Status::Pass,
-            format!("{} {}: content type {}, {}, sender {}, conversation types {:?}, max {} bytes", manifest.name, manifest.version, manifest.content_type, manifest.delivery, format!("{:?}", manifest.sender).to_lowercase(), manifest.conversation_types, manifest.max_payload_bytes).to_string(),
+            format!(
+                "{} {}: content type {}, {}, sender {}, conversation types {:?}, max {} bytes",
+                manifest.name,
+                manifest.version,
+                manifest.content_type,
+                manifest.delivery,
+                format!("{:?}", manifest.sender).to_lowercase(),
+                manifest.conversation_types,
+                manifest.max_payload_bytes
+            )
+            .to_string(),
         );
     } else {
         r.push("manifest", Status::Fail, problems.join("\n"));
@@ -265,15 +363,25 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
             wrong.push("declares no rejected example".into());
         }
         if wrong.is_empty() {
-            r.push("examples", Status::Pass, format!("{acc} accepted and {rej} rejected, as declared"));
+            r.push(
+                "examples",
+                Status::Pass,
+                format!("{acc} accepted and {rej} rejected, as declared"),
+            );
         } else {
             r.push("examples", Status::Fail, wrong.join("\n"));
         }
     }
 
-    let mut corpus: Vec<(u8, String)> = examples.iter().map(|e| (e.conversation_type, e.payload.clone())).collect();
+    let mut corpus: Vec<(u8, String)> = examples
+        .iter()
+        .map(|e| (e.conversation_type, e.payload.clone()))
+        .collect();
     if corpus.is_empty() {
-        corpus.push((m.conversation_types.first().copied().unwrap_or(1), "{}".into()));
+        corpus.push((
+            m.conversation_types.first().copied().unwrap_or(1),
+            "{}".into(),
+        ));
     }
 
     // determinism: the warm pooled instance (after all the calls above) and a fresh one agree,
@@ -284,10 +392,24 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
         let again = probe.validate(*ct, payload);
         let fresh = probe.validate_fresh(*ct, payload);
         if warm != again || warm != fresh {
-            diffs.push(format!("{}: {} / {} / fresh instance: {}", inputs::snippet(payload), warm.describe(), again.describe(), fresh.describe()));
+            diffs.push(format!(
+                "{}: {} / {} / fresh instance: {}",
+                inputs::snippet(payload),
+                warm.describe(),
+                again.describe(),
+                fresh.describe()
+            ));
         }
     }
-    push_result(r, "determinism", diffs, format!("{} inputs give the same result twice in a row and on a fresh instance", corpus.len()));
+    push_result(
+        r,
+        "determinism",
+        diffs,
+        format!(
+            "{} inputs give the same result twice in a row and on a fresh instance",
+            corpus.len()
+        ),
+    );
 
     // idempotence
     let mut bad = Vec::new();
@@ -296,24 +418,51 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
         if let Outcome::Accepted(out) = probe.validate(*ct, payload) {
             let again = probe.validate(*ct, &out);
             if again != Outcome::Accepted(out.clone()) {
-                bad.push(format!("{} normalizes to {}, which validates to {}", inputs::snippet(payload), inputs::snippet(&out), again.describe()));
+                bad.push(format!(
+                    "{} normalizes to {}, which validates to {}",
+                    inputs::snippet(payload),
+                    inputs::snippet(&out),
+                    again.describe()
+                ));
             }
             accepted_outputs.push(out);
         }
     }
-    push_result(r, "idempotence", bad, format!("{} normalized payloads validate to themselves", accepted_outputs.len()));
+    push_result(
+        r,
+        "idempotence",
+        bad,
+        format!(
+            "{} normalized payloads validate to themselves",
+            accepted_outputs.len()
+        ),
+    );
 
     // preview
     let mut bad = Vec::new();
     for out in &accepted_outputs {
         match probe.preview(out) {
-            Ok(line) if line.contains(['\n', '\r']) => bad.push(format!("preview of {} spans several lines", inputs::snippet(out))),
-            Ok(line) if line.chars().count() > 200 => bad.push(format!("preview of {} is longer than 200 characters", inputs::snippet(out))),
+            Ok(line) if line.contains(['\n', '\r']) => bad.push(format!(
+                "preview of {} spans several lines",
+                inputs::snippet(out)
+            )),
+            Ok(line) if line.chars().count() > 200 => bad.push(format!(
+                "preview of {} is longer than 200 characters",
+                inputs::snippet(out)
+            )),
             Ok(_) => {}
             Err(e) => bad.push(format!("preview of {} failed: {e}", inputs::snippet(out))),
         }
     }
-    push_result(r, "preview", bad, format!("{} previews are single lines of at most 200 characters", accepted_outputs.len()));
+    push_result(
+        r,
+        "preview",
+        bad,
+        format!(
+            "{} previews are single lines of at most 200 characters",
+            accepted_outputs.len()
+        ),
+    );
 
     // malformed
     let ct = corpus[0].0;
@@ -330,12 +479,28 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
             bad.push(format!("{}: {}", inputs::snippet(&input), o.describe()));
         }
     }
-    let ctx = SendContext { sender_id: "u-check", sender: user_or_system(m), conversation_type: ct, conversation_id: "c-check" };
+    let ctx = SendContext {
+        sender_id: "u-check",
+        sender: user_or_system(m),
+        conversation_type: ct,
+        conversation_id: "c-check",
+    };
     let not_utf8: &[u8] = b"{\"text\":\"\xff\xfe\"}";
-    if !matches!(precheck(m, &ctx, not_utf8), Err(ValidateError::Invalid { .. })) {
+    if !matches!(
+        precheck(m, &ctx, not_utf8),
+        Err(ValidateError::Invalid { .. })
+    ) {
         bad.push("non-UTF-8 input was not rejected before the plugin".into());
     }
-    push_result(r, "malformed", bad, format!("{} malformed inputs rejected, odd JSON and non-UTF-8 handled, no trap", inputs::malformed().len()));
+    push_result(
+        r,
+        "malformed",
+        bad,
+        format!(
+            "{} malformed inputs rejected, odd JSON and non-UTF-8 handled, no trap",
+            inputs::malformed().len()
+        ),
+    );
 
     // oversized
     let mut bad = Vec::new();
@@ -343,14 +508,28 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
     let over = inputs::padded(max + 1);
     match precheck(m, &ctx, over.as_bytes()) {
         Err(ValidateError::TooLarge { .. }) => {}
-        other => bad.push(format!("a {}-byte payload was not refused by the host: {other:?}", over.len())),
+        other => bad.push(format!(
+            "a {}-byte payload was not refused by the host: {other:?}",
+            over.len()
+        )),
     }
     let at_max = inputs::padded(max);
     let o = probe.validate(ct, &at_max);
     if matches!(o, Outcome::Failed(_)) {
-        bad.push(format!("a payload of exactly {max} bytes: {}", o.describe()));
+        bad.push(format!(
+            "a payload of exactly {max} bytes: {}",
+            o.describe()
+        ));
     }
-    push_result(r, "oversized", bad, format!("{} bytes refused before wasm; {max} bytes handled without a trap", max + 1));
+    push_result(
+        r,
+        "oversized",
+        bad,
+        format!(
+            "{} bytes refused before wasm; {max} bytes handled without a trap",
+            max + 1
+        ),
+    );
 
     // fuzz
     let mut rng = fastrand::Rng::with_seed(opts.seed);
@@ -364,7 +543,12 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
                 acc += 1;
                 let again = probe.validate(*ct, &out);
                 if again != Outcome::Accepted(out.clone()) {
-                    bad.push(format!("#{i} {}: output {} is not idempotent ({})", inputs::snippet(&input), inputs::snippet(&out), again.describe()));
+                    bad.push(format!(
+                        "#{i} {}: output {} is not idempotent ({})",
+                        inputs::snippet(&input),
+                        inputs::snippet(&out),
+                        again.describe()
+                    ));
                 }
             }
             Outcome::Rejected { .. } | Outcome::Refused(_) => rej += 1,
@@ -375,13 +559,23 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
             break;
         }
     }
-    push_result(r, "fuzz", bad, format!("{} mutated inputs (seed {:#x}): {acc} accepted, {rej} rejected, no trap", opts.fuzz, opts.seed));
+    push_result(
+        r,
+        "fuzz",
+        bad,
+        format!(
+            "{} mutated inputs (seed {:#x}): {acc} accepted, {rej} rejected, no trap",
+            opts.fuzz, opts.seed
+        ),
+    );
 
     // cases
     match &opts.cases {
         None => r.push("cases", Status::Skip, "no --cases directory given"),
         Some(dir) => match cases::run(dir, probe, m) {
-            Ok((n, bad)) => push_result(r, "cases", bad, format!("{n} cases from {}", dir.display())),
+            Ok((n, bad)) => {
+                push_result(r, "cases", bad, format!("{n} cases from {}", dir.display()))
+            }
             Err(e) => r.push("cases", Status::Fail, e),
         },
     }
@@ -401,7 +595,11 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
     if s.failures.is_empty() {
         r.push("budget", Status::Pass, detail);
     } else {
-        let mut d = format!("{} of {} calls failed and were contained:", s.failures.len(), s.calls);
+        let mut d = format!(
+            "{} of {} calls failed and were contained:",
+            s.failures.len(),
+            s.calls
+        );
         for f in s.failures.iter().take(5) {
             d += &format!("\n{f}");
         }

@@ -11,7 +11,10 @@ use super::inputs::snippet;
 pub enum Outcome {
     Accepted(String),
     /// The plugin rejected it.
-    Rejected { code: String, message: String },
+    Rejected {
+        code: String,
+        message: String,
+    },
     /// The host refused it before the plugin ran (the error code).
     Refused(&'static str),
     /// Trap, budget or memory.
@@ -48,14 +51,24 @@ pub struct Probe {
 
 impl Probe {
     pub fn new(pooled: InstancePool, fresh: InstancePool, fuel_per_call: u64) -> Probe {
-        Probe { pooled, fresh, manifest: None, summary: Summary::default(), fuel_per_call }
+        Probe {
+            pooled,
+            fresh,
+            manifest: None,
+            summary: Summary::default(),
+            fuel_per_call,
+        }
     }
 
     pub fn summary(&self) -> &Summary {
         &self.summary
     }
 
-    fn record<R>(&mut self, what: &str, (r, cost): (Result<R, CallFailure>, CallCost)) -> Result<R, CallFailure> {
+    fn record<R>(
+        &mut self,
+        what: &str,
+        (r, cost): (Result<R, CallFailure>, CallCost),
+    ) -> Result<R, CallFailure> {
         self.summary.calls += 1;
         self.summary.max_fuel = self.summary.max_fuel.max(cost.fuel);
         self.summary.peak_memory = self.summary.peak_memory.max(cost.memory_bytes);
@@ -70,17 +83,23 @@ impl Probe {
     }
 
     pub fn manifest(&mut self) -> Result<Manifest, CallFailure> {
-        let r = self.pooled.call(|s, b| b.courier_plugin_kind().call_manifest(s));
+        let r = self
+            .pooled
+            .call(|s, b| b.courier_plugin_kind().call_manifest(s));
         self.record("manifest()", r).map(Into::into)
     }
 
     pub fn examples(&mut self) -> Result<Vec<WitExample>, CallFailure> {
-        let r = self.pooled.call(|s, b| b.courier_plugin_kind().call_examples(s));
+        let r = self
+            .pooled
+            .call(|s, b| b.courier_plugin_kind().call_examples(s));
         self.record("examples()", r)
     }
 
     pub fn preview(&mut self, payload: &str) -> Result<String, CallFailure> {
-        let r = self.pooled.call(|s, b| b.courier_plugin_kind().call_preview(s, payload));
+        let r = self
+            .pooled
+            .call(|s, b| b.courier_plugin_kind().call_preview(s, payload));
         self.record(&format!("preview({})", snippet(payload)), r)
     }
 
@@ -98,7 +117,9 @@ impl Probe {
             && let Err(e) = precheck(m, ctx, payload)
         {
             return match e {
-                super::ValidateError::Invalid { code, message } => Outcome::Rejected { code, message },
+                super::ValidateError::Invalid { code, message } => {
+                    Outcome::Rejected { code, message }
+                }
                 other => Outcome::Refused(other.code()),
             };
         }
@@ -107,9 +128,22 @@ impl Probe {
     }
 
     fn validate_in(&mut self, fresh: bool, conversation_type: u8, payload: &str) -> Outcome {
-        let sender = self.manifest.as_ref().map(|m| m.sender).unwrap_or(super::SenderKind::User);
-        let sender_id = if sender == super::SenderKind::System { "system" } else { "u-check" };
-        let ctx = SendContext { sender_id, sender, conversation_type, conversation_id: "c-check" };
+        let sender = self
+            .manifest
+            .as_ref()
+            .map(|m| m.sender)
+            .unwrap_or(super::SenderKind::User);
+        let sender_id = if sender == super::SenderKind::System {
+            "system"
+        } else {
+            "u-check"
+        };
+        let ctx = SendContext {
+            sender_id,
+            sender,
+            conversation_type,
+            conversation_id: "c-check",
+        };
         self.call_validate(fresh, &ctx, payload)
     }
 
@@ -123,7 +157,10 @@ impl Probe {
         let r = pool.call(|s, b| b.courier_plugin_kind().call_validate(s, &wit, payload));
         match self.record(&format!("validate({})", snippet(payload)), r) {
             Ok(Ok(out)) => Outcome::Accepted(out),
-            Ok(Err(rej)) => Outcome::Rejected { code: rej.code, message: rej.message },
+            Ok(Err(rej)) => Outcome::Rejected {
+                code: rej.code,
+                message: rej.message,
+            },
             Err(e) => Outcome::Failed(e.to_string()),
         }
     }

@@ -69,7 +69,12 @@ pub fn app(state: AppState) -> Router {
         .route("/admin/plugins/{name}/disable", post(disable))
         .route("/admin/plugins/reload", post(reload))
         .route("/admin/validate", post(dry_run))
+        .fallback(no_route)
         .with_state(state)
+}
+
+async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("no endpoint at {}", uri.path()))
 }
 
 async fn healthz() -> Json<Value> {

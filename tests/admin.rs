@@ -93,7 +93,10 @@ async fn health_and_the_plugin_list() {
     assert_eq!(text["source"], "built-in text.wasm");
     assert_eq!(text["contract"], "1.0.0");
     let (status, body) = call(&s, "GET", "/v2/nothing", None, None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
     let (_, body) = call(&s, "GET", "/v1/plugins", None, None).await;
     let typing = body["plugins"]
         .as_array()

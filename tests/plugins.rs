@@ -212,6 +212,13 @@ fn a_trap_is_reported_as_a_trap() {
         detail.contains("trapped: wasm trap: wasm `unreachable` instruction executed"),
         "{detail}"
     );
+    // The panic message the plugin wrote to stderr explains the trap.
+    assert!(
+        detail.contains("the plugin wrote: thread '<unnamed>'")
+            && detail.contains("panicked at trap/src/lib.rs")
+            && detail.contains("fixture panics on purpose"),
+        "{detail}"
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ wasmtime::component::bindgen!({
     world: "plugin",
 });
 
-pub use courier::plugin::log::Level as LogLevel;
+pub use self::courier::plugin::log::Level as LogLevel;
 pub use exports::courier::plugin::kind::{
     Context as WitContext, Delivery as WitDelivery, Example as WitExample,
     KindManifest as WitManifest, Rejection as WitRejection, Sender as WitSender,

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{LogLevel, Plugin as Bindings, PluginPre, courier::plugin::log};
@@ -101,6 +102,9 @@ impl Runtime {
 pub struct HostState {
     plugin: Arc<str>,
     wasi: WasiCtx,
+    /// What the plugin wrote to stderr (a panic message, a Python traceback), kept to
+    /// explain a trap. Bounded: the instance is recycled before it fills.
+    stderr: MemoryOutputPipe,
     table: ResourceTable,
     limiter: MemoryLimiter,
     log_lines: u32,
@@ -194,8 +198,12 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// The inert WASI context every plugin store gets.
-fn inert_wasi() -> WasiCtx {
+/// Capacity of the captured stderr, and the mark past which an instance is recycled.
+const STDERR_CAPACITY: usize = 64 * 1024;
+const STDERR_RECYCLE: usize = 16 * 1024;
+
+/// The inert WASI context every plugin store gets; stderr goes to `stderr`.
+fn inert_wasi(stderr: MemoryOutputPipe) -> WasiCtx {
     use wasmtime_wasi::{HostMonotonicClock, HostWallClock};
     struct Frozen;
     impl HostWallClock for Frozen {
@@ -222,7 +230,8 @@ fn inert_wasi() -> WasiCtx {
         .allow_ip_name_lookup(false)
         .insecure_random_seed(0)
         .secure_random(seeded_rng())
-        .insecure_random(seeded_rng());
+        .insecure_random(seeded_rng())
+        .stderr(stderr);
     b.build()
 }
 
@@ -279,9 +288,11 @@ impl InstancePool {
     }
 
     fn instantiate(&self) -> Result<Slot, CallFailure> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let state = HostState {
             plugin: self.name.clone(),
-            wasi: inert_wasi(),
+            wasi: inert_wasi(stderr.clone()),
+            stderr,
             table: ResourceTable::new(),
             limiter: MemoryLimiter {
                 cap: self.limits.memory_bytes,
@@ -297,7 +308,7 @@ impl InstancePool {
         let bindings = self
             .pre
             .instantiate(&mut store)
-            .map_err(|e| classify(e, self.limits))?;
+            .map_err(|e| classify(e, self.limits, &stderr_tail(&store.data().stderr)))?;
         Ok(Slot {
             store,
             bindings,
@@ -349,6 +360,7 @@ impl InstancePool {
                 if pooled
                     && slot.calls < self.limits.recycle_after_calls
                     && cost.memory_bytes <= self.limits.recycle_above_bytes
+                    && slot.store.data().stderr.contents().len() < STDERR_RECYCLE
                 {
                     slot.store.data_mut().log_lines = 0;
                     self.idle.lock().expect("pool lock").push(slot);
@@ -356,7 +368,10 @@ impl InstancePool {
                 (Ok(r), cost)
             }
             // A trapped instance is never entered again: `slot` is dropped here.
-            Err(e) => (Err(classify(e, self.limits)), cost),
+            Err(e) => {
+                let tail = stderr_tail(&slot.store.data().stderr);
+                (Err(classify(e, self.limits, &tail)), cost)
+            }
         }
     }
 
@@ -366,7 +381,7 @@ impl InstancePool {
     }
 }
 
-fn classify(e: wasmtime::Error, limits: Limits) -> CallFailure {
+fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> CallFailure {
     if let Some(m) = e.downcast_ref::<MemoryCapExceeded>() {
         return CallFailure::Memory {
             asked: m.asked,
@@ -378,8 +393,26 @@ fn classify(e: wasmtime::Error, limits: Limits) -> CallFailure {
             fuel: limits.fuel_per_call,
         };
     }
-    if let Some(t) = e.downcast_ref::<Trap>() {
-        return CallFailure::Trap(t.to_string());
+    let what = match e.downcast_ref::<Trap>() {
+        Some(t) => t.to_string(),
+        None => format!("{e:#}"),
+    };
+    if stderr.is_empty() {
+        CallFailure::Trap(what)
+    } else {
+        CallFailure::Trap(format!("{what}; the plugin wrote: {stderr}"))
     }
-    CallFailure::Trap(format!("{e:#}"))
+}
+
+/// The last lines the plugin wrote to stderr, on one line, at most ~300 bytes.
+fn stderr_tail(pipe: &MemoryOutputPipe) -> String {
+    let bytes = pipe.contents();
+    let start = bytes.len().saturating_sub(300);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .collect();
+    lines.join(" | ")
 }

@@ -120,3 +120,57 @@ pub fn id(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code<T>(r: Result<T, Rejection>) -> String {
+        r.err().map(|e| e.code).unwrap_or_default()
+    }
+
+    #[test]
+    fn text_trims_and_counts_characters_not_bytes() {
+        assert_eq!(text("t", "  hi \n", 5).unwrap(), "hi");
+        assert_eq!(text("t", "ééééé", 5).unwrap(), "ééééé");
+        assert_eq!(code(text("t", "ééééé6", 5)), "too_long");
+        assert_eq!(code(text("t", " \t ", 5)), "empty");
+        assert_eq!(code(text("t", "a\u{7}b", 5)), "control_character");
+        assert_eq!(text("t", "a\nb", 5).unwrap(), "a\nb");
+        assert_eq!(optional_text("t", "  ", 5).unwrap(), "");
+    }
+
+    #[test]
+    fn https_urls_only() {
+        assert!(https_url("u", "https://cdn.example.com/a.png?x=1#f").is_ok());
+        assert!(https_url("u", "https://[2001:db8::1]:8443/a").is_ok());
+        for bad in [
+            "http://x.example/a",
+            "https://",
+            "https:///a",
+            "https://a b/",
+            "javascript:alert(1)",
+            "https://x.example/ä",
+        ] {
+            assert_eq!(code(https_url("u", bad)), "bad_url", "{bad}");
+        }
+    }
+
+    #[test]
+    fn mime_types_are_lower_cased_and_limited() {
+        assert_eq!(mime("m", " Image/PNG ", &["image"]).unwrap(), "image/png");
+        assert_eq!(code(mime("m", "application/pdf", &["image"])), "bad_mime");
+        assert_eq!(code(mime("m", "png", &[])), "bad_mime");
+        assert_eq!(code(mime("m", "a/b c", &[])), "bad_mime");
+    }
+
+    #[test]
+    fn ranges_and_ids() {
+        assert!(range("n", 5, 1, 5).is_ok());
+        assert_eq!(code(range("n", 0, 1, 5)), "out_of_range");
+        assert!(id("i", "a-B_9", 8).is_ok());
+        assert_eq!(code(id("i", "", 8)), "bad_id");
+        assert_eq!(code(id("i", "a b", 8)), "bad_id");
+        assert_eq!(code(id("i", "123456789", 8)), "bad_id");
+    }
+}

@@ -182,3 +182,86 @@ macro_rules! export_plugin {
         };
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::bindings::exports::courier::plugin::kind as wit;
+    use super::*;
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Note {
+        text: String,
+    }
+
+    struct NoteKind;
+
+    impl Plugin for NoteKind {
+        type Payload = Note;
+        fn manifest() -> Manifest {
+            Manifest {
+                name: "note",
+                version: "1.0.0",
+                content_type: 1000,
+                delivery: Delivery::Persistent,
+                counts_unread: true,
+                conversation_types: &[1],
+                sender: Sender::User,
+                max_payload_bytes: 100,
+                description: "a note",
+            }
+        }
+        fn validate(_ctx: &Context, p: Note) -> Result<Note, Rejection> {
+            Ok(Note {
+                text: check::text("text", &p.text, 10)?,
+            })
+        }
+        fn preview(p: &Note) -> String {
+            p.text.clone()
+        }
+        fn examples() -> Vec<Example> {
+            vec![]
+        }
+    }
+
+    fn validate(payload: &str) -> Result<String, (String, String)> {
+        let ctx = wit::Context {
+            sender_id: "u".into(),
+            conversation_type: 1,
+            conversation_id: "c".into(),
+        };
+        adapter::validate::<NoteKind>(ctx, payload.into()).map_err(|r| (r.code, r.message))
+    }
+
+    #[test]
+    fn the_adapter_parses_validates_and_normalizes() {
+        assert_eq!(
+            validate(r#"{ "text" : "  hi " }"#),
+            Ok(r#"{"text":"hi"}"#.into())
+        );
+        assert_eq!(validate(r#"{"text":"hi"}"#), Ok(r#"{"text":"hi"}"#.into()));
+        assert_eq!(validate("{").unwrap_err().0, "malformed_json");
+        assert_eq!(validate(r#"{"text":1}"#).unwrap_err().0, "invalid_field");
+        assert_eq!(
+            validate(r#"{"text":"a","x":1}"#).unwrap_err().0,
+            "invalid_field"
+        );
+        assert_eq!(
+            validate(r#"{"text":""}"#).unwrap_err(),
+            ("empty".into(), "text must not be empty".into())
+        );
+    }
+
+    #[test]
+    fn previews_are_one_short_line() {
+        assert_eq!(
+            adapter::preview::<NoteKind>(r#"{"text":"a\nb"}"#.into()),
+            "a b"
+        );
+        let long = format!(r#"{{"text":"{}"}}"#, "é".repeat(200));
+        let p = adapter::preview::<NoteKind>(long);
+        assert_eq!(p.chars().count(), 120);
+        assert!(p.ends_with('…'));
+        assert_eq!(adapter::preview::<NoteKind>("not json".into()), "");
+    }
+}

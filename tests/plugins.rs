@@ -615,3 +615,64 @@ fn the_plugin_template_builds_and_passes_the_contract_suite() {
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.manifest.unwrap().content_type, 1100);
 }
+
+#[test]
+fn compiled_plugins_are_cached_on_disk_and_a_bad_entry_is_recompiled() {
+    let cache = scratch("compile-cache");
+    let toml = format!("[runtime]\ncache_dir = {}\n", toml_path(&cache));
+    let first = registry(&toml);
+    let entries = |ext: &str| {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == ext)
+            })
+            .count()
+    };
+    assert_eq!(entries("cwasm"), 10);
+    assert_eq!(entries("sha256"), 10);
+    drop(first);
+    // A second start loads from the cache and behaves the same.
+    let second = registry(&toml);
+    assert_eq!(
+        second
+            .validate(1, &user(1), br#"{"text":" hi "}"#)
+            .unwrap()
+            .payload,
+        r#"{"text":"hi"}"#
+    );
+    // A corrupted entry is detected by its hash and recompiled, not run.
+    let text_sha = courier::plugins::loader::sha256_hex(&builtin("text"));
+    let entry = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "cwasm")
+                && p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(&text_sha)
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&entry, &bytes).unwrap();
+    let third = registry(&toml);
+    assert_eq!(
+        third
+            .validate(1, &user(1), br#"{"text":" ok "}"#)
+            .unwrap()
+            .payload,
+        r#"{"text":"ok"}"#
+    );
+    assert_ne!(
+        std::fs::read(&entry).unwrap(),
+        bytes,
+        "the bad entry was rewritten"
+    );
+}

@@ -3,6 +3,7 @@
 
 pub mod bindings;
 pub mod builtin;
+pub mod cache;
 pub mod check;
 pub mod loader;
 pub mod manifest;

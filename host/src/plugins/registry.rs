@@ -12,6 +12,7 @@ use wasmtime::component::Component;
 
 use super::bindings::WitContext;
 use super::builtin::BUILTINS;
+use super::cache::DiskCache;
 use super::loader::{self, LoadError, LoadFailure, Source};
 use super::manifest::{Manifest, SenderKind};
 use super::runtime::{CallFailure, InstancePool, Limits, Runtime};
@@ -534,14 +535,27 @@ impl PluginRegistry {
         fuel: Option<u64>,
     ) -> Result<(Manifest, Arc<LoadedPlugin>), LoadError> {
         let sha = loader::sha256_hex(bytes);
-        let cached = self
+        let mut cached = self
             .compiled
             .lock()
             .expect("compile cache")
             .get(&sha)
             .cloned();
+        let disk = rc.cache_dir.clone().map(DiskCache::new);
+        let pin_ok = pin.is_none_or(|p| p.eq_ignore_ascii_case(&sha));
+        if cached.is_none()
+            && pin_ok
+            && loader::check_is_component(bytes).is_ok()
+            && let Some(disk) = &disk
+        {
+            cached = disk.load(&self.runtime, &sha);
+        }
+        let was_cached = cached.is_some();
         let (component, sha) = loader::compile(&self.runtime, bytes, pin, cached)
             .map_err(|f| LoadError::new(source, f))?;
+        if !was_cached && let Some(disk) = &disk {
+            disk.store(&self.runtime, &sha, &component);
+        }
         self.compiled
             .lock()
             .expect("compile cache")

@@ -97,6 +97,11 @@ async fn health_and_the_plugin_list() {
         (status, body["error"]["code"].as_str()),
         (StatusCode::NOT_FOUND, Some("not_found"))
     );
+    let (status, body) = call(&s, "POST", "/healthz", None, None).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed"))
+    );
     let (_, body) = call(&s, "GET", "/v1/plugins", None, None).await;
     let typing = body["plugins"]
         .as_array()
@@ -215,6 +220,25 @@ async fn disable_then_enable_through_the_admin_endpoint() {
     assert_eq!(
         body["error"],
         json!({"code": "payload_invalid", "reason": "empty", "message": "text must not be empty"})
+    );
+    let huge =
+        json!({"contentType": 1, "conversationType": 1, "payload": {"text": "x".repeat(3 << 20)}});
+    let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(huge)).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("request_too_large"))
+    );
+    let (status, body) = call(
+        &s,
+        "POST",
+        "/admin/validate",
+        Some(TOKEN),
+        Some(json!({"contentType": 1})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("bad_request"))
     );
     let sys = json!({"contentType": 8, "conversationType": 2, "payload": {"operatorId": "o", "kickedUserIds": ["b"]}});
     let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(sys)).await;

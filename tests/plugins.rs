@@ -676,3 +676,17 @@ fn compiled_plugins_are_cached_on_disk_and_a_bad_entry_is_recompiled() {
         "the bad entry was rewritten"
     );
 }
+
+#[test]
+fn a_file_in_the_plugin_dir_named_by_a_path_entry_loads_once() {
+    let dir = scratch("dir-and-path");
+    let poll = dir.join("text-clone.wasm");
+    std::fs::copy(fixture("text-clone"), &poll).unwrap();
+    let reg = registry(&format!(
+        "[runtime]\nbuiltins = false\ndir = {}\n[plugins.text-clone]\npath = {}\n",
+        toml_path(&dir),
+        toml_path(&poll)
+    ));
+    assert_eq!(reg.list().len(), 1);
+    assert!(reg.get(1).is_some());
+}

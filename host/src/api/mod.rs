@@ -70,11 +70,20 @@ pub fn app(state: AppState) -> Router {
         .route("/admin/plugins/reload", post(reload))
         .route("/admin/validate", post(dry_run))
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(state)
 }
 
 async fn no_route(uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!("no endpoint at {}", uri.path()))
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
 }
 
 async fn healthz() -> Json<Value> {
@@ -180,9 +189,20 @@ struct DryRun {
 async fn dry_run(
     State(s): State<AppState>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     require_admin(&s, &headers)?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the request body is over 2 MiB",
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {e}"))
+        }
+    })?;
     let req: DryRun = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?;
     let payload = req.payload.to_string();

@@ -25,7 +25,7 @@ pub const LOG_INTERFACE: &str = "courier:plugin/log";
 pub const NEUTRALIZED_WASI: &[(&str, &str)] = &[
     (
         "wasi:cli/",
-        "no arguments, no environment, stdin empty, stdout/stderr discarded",
+        "no arguments, no environment, stdin empty, stdout discarded, stderr kept to explain a trap",
     ),
     ("wasi:io/", "streams of the above only"),
     ("wasi:clocks/", "frozen at 0: no clock"),

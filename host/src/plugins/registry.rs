@@ -2,7 +2,7 @@
 //! Also enable / disable / reload, and the circuit breaker.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -427,9 +427,19 @@ impl PluginRegistry {
             }
         }
         if let Some(dir) = &rc.dir {
+            // A file named by a `[plugins.<name>] path` is loaded once, under that name.
+            let configured: Vec<PathBuf> = config
+                .plugins
+                .values()
+                .filter_map(|e| e.path.as_ref())
+                .filter_map(|p| p.canonicalize().ok())
+                .collect();
             match wasm_files(dir) {
                 Ok(files) => {
                     for path in files {
+                        if path.canonicalize().is_ok_and(|c| configured.contains(&c)) {
+                            continue;
+                        }
                         match std::fs::read(&path) {
                             Ok(bytes) => candidates.push((None, Source::File(path), bytes)),
                             Err(e) => errors.push(
@@ -615,7 +625,7 @@ pub fn precheck<'p>(
     })
 }
 
-fn wasm_files(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())

@@ -538,7 +538,21 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
     for i in 0..opts.fuzz {
         let (ct, base) = &corpus[i % corpus.len()];
         let input = inputs::mutate(&mut rng, base, max);
-        match probe.validate(*ct, &input) {
+        let outcome = probe.validate(*ct, &input);
+        // Every 100th input is also run on a fresh instance: the warm one, after hundreds of
+        // calls, must still agree with it.
+        if i % 100 == 0 && !matches!(outcome, Outcome::Failed(_)) {
+            let fresh = probe.validate_fresh(*ct, &input);
+            if fresh != outcome {
+                bad.push(format!(
+                    "#{i} {}: {} on the warm instance, {} on a fresh one",
+                    inputs::snippet(&input),
+                    outcome.describe(),
+                    fresh.describe()
+                ));
+            }
+        }
+        match outcome {
             Outcome::Accepted(out) => {
                 acc += 1;
                 let again = probe.validate(*ct, &out);
@@ -564,7 +578,7 @@ fn run_behaviour_checks(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &
         "fuzz",
         bad,
         format!(
-            "{} mutated inputs (seed {:#x}): {acc} accepted, {rej} rejected, no trap",
+            "{} mutated inputs (seed {:#x}): {acc} accepted, {rej} rejected, no trap, warm and fresh instances agree",
             opts.fuzz, opts.seed
         ),
     );

@@ -118,8 +118,12 @@ impl Plugin for RtcCallKind {
                     ));
                 }
             }
-            Signal::Reject { reason, .. } => {
-                check::optional_text("reason", reason, 200)?;
+            Signal::Reject { call_id, reason } => {
+                let reason = check::optional_text("reason", reason, 200)?;
+                return Ok(Signal::Reject {
+                    call_id: call_id.clone(),
+                    reason,
+                });
             }
             Signal::Hangup {
                 duration_ms: Some(d),

@@ -89,9 +89,12 @@ pub struct Validated {
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stats {
-    pub calls: AtomicU64,
+    /// Validate calls that failed (so `calls` = accepted + rejected + this; one counter
+    /// fewer to bump on the hot path).
+    pub validate_failed: AtomicU64,
     pub accepted: AtomicU64,
     pub rejected: AtomicU64,
+    /// Every failed call, validate or preview.
     pub failed: AtomicU64,
 }
 
@@ -169,7 +172,9 @@ impl LoadedPlugin {
 
     pub fn stats(&self) -> StatsSnapshot {
         StatsSnapshot {
-            calls: self.stats.calls.load(Ordering::Relaxed),
+            calls: self.stats.accepted.load(Ordering::Relaxed)
+                + self.stats.rejected.load(Ordering::Relaxed)
+                + self.stats.validate_failed.load(Ordering::Relaxed),
             accepted: self.stats.accepted.load(Ordering::Relaxed),
             rejected: self.stats.rejected.load(Ordering::Relaxed),
             failed: self.stats.failed.load(Ordering::Relaxed),
@@ -303,7 +308,6 @@ impl PluginRegistry {
             });
         }
         let text = precheck(m, ctx, payload)?;
-        plugin.stats.calls.fetch_add(1, Ordering::Relaxed);
         match plugin.call_validate(ctx, text) {
             Ok(Ok(normalized)) => {
                 plugin.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -317,6 +321,7 @@ impl PluginRegistry {
                 Err(ValidateError::Invalid { code, message })
             }
             Err(failure) => {
+                plugin.stats.validate_failed.fetch_add(1, Ordering::Relaxed);
                 plugin.record_failure(&failure);
                 Err(ValidateError::PluginFailed {
                     name: m.name.clone(),

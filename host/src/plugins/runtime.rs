@@ -255,7 +255,61 @@ pub struct InstancePool {
     engine: Engine,
     pre: PluginPre<HostState>,
     limits: Limits,
-    idle: Mutex<Vec<Slot>>,
+    idle: Idle,
+}
+
+/// Idle instances, one list per core. A thread takes from and returns to its own list
+/// first, so two cores calling one plugin do not contend on one lock; an empty list
+/// borrows from the others before a new instance is made.
+struct Idle {
+    shards: Box<[Mutex<Vec<Slot>>]>,
+}
+
+thread_local! {
+    static THREAD_INDEX: usize = {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    };
+}
+
+impl Idle {
+    fn new() -> Idle {
+        let n = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 64);
+        Idle {
+            shards: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+        }
+    }
+
+    fn home(&self) -> usize {
+        THREAD_INDEX.with(|i| *i) % self.shards.len()
+    }
+
+    fn pop(&self) -> Option<Slot> {
+        let home = self.home();
+        if let Some(slot) = self.shards[home].lock().expect("pool lock").pop() {
+            return Some(slot);
+        }
+        self.shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != home)
+            .find_map(|(_, shard)| shard.try_lock().ok().and_then(|mut s| s.pop()))
+    }
+
+    fn push(&self, slot: Slot) {
+        self.shards[self.home()]
+            .lock()
+            .expect("pool lock")
+            .push(slot);
+    }
+
+    fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().expect("pool lock").clear();
+        }
+    }
 }
 
 impl InstancePool {
@@ -270,7 +324,7 @@ impl InstancePool {
             engine: runtime.engine().clone(),
             pre,
             limits,
-            idle: Mutex::new(Vec::new()),
+            idle: Idle::new(),
         }
     }
 
@@ -280,7 +334,7 @@ impl InstancePool {
 
     /// The same pool, logging under the plugin's own name (known once its manifest is read).
     pub fn renamed(self, name: &str) -> InstancePool {
-        self.idle.lock().expect("pool lock").clear();
+        self.idle.clear();
         InstancePool {
             name: name.into(),
             ..self
@@ -324,11 +378,7 @@ impl InstancePool {
     ) -> (Result<R, CallFailure>, CallCost) {
         let started = Instant::now();
         let pooled = self.limits.isolation == Isolation::Pooled;
-        let reused = if pooled {
-            self.idle.lock().expect("pool lock").pop()
-        } else {
-            None
-        };
+        let reused = if pooled { self.idle.pop() } else { None };
         let mut slot = match reused.map(Ok).unwrap_or_else(|| self.instantiate()) {
             Ok(s) => s,
             Err(e) => {
@@ -363,7 +413,7 @@ impl InstancePool {
                     && slot.store.data().stderr.contents().len() < STDERR_RECYCLE
                 {
                     slot.store.data_mut().log_lines = 0;
-                    self.idle.lock().expect("pool lock").push(slot);
+                    self.idle.push(slot);
                 }
                 (Ok(r), cost)
             }
@@ -377,7 +427,7 @@ impl InstancePool {
 
     /// Drops every idle instance (after a failure streak or on unload).
     pub fn clear(&self) {
-        self.idle.lock().expect("pool lock").clear();
+        self.idle.clear();
     }
 }
 

@@ -61,6 +61,25 @@ async fn call(
     )
 }
 
+/// Asserts that a request fails with this status and error code; returns the body.
+async fn expect_error(
+    state: &AppState,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+    status: StatusCode,
+    code: &str,
+) -> Value {
+    let (got, body) = call(state, method, uri, token, body).await;
+    assert_eq!(
+        (got, body["error"]["code"].as_str()),
+        (status, Some(code)),
+        "{method} {uri}: {body}"
+    );
+    body
+}
+
 fn names(list: &Value) -> Vec<String> {
     list["plugins"]
         .as_array()
@@ -92,16 +111,26 @@ async fn health_and_the_plugin_list() {
     assert_eq!(text["enabled"], true);
     assert_eq!(text["source"], "built-in text.wasm");
     assert_eq!(text["contract"], "1.0.0");
-    let (status, body) = call(&s, "GET", "/v2/nothing", None, None).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("not_found"))
-    );
-    let (status, body) = call(&s, "POST", "/healthz", None, None).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed"))
-    );
+    expect_error(
+        &s,
+        "GET",
+        "/v2/nothing",
+        None,
+        None,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    expect_error(
+        &s,
+        "POST",
+        "/healthz",
+        None,
+        None,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    )
+    .await;
     let (_, body) = call(&s, "GET", "/v1/plugins", None, None).await;
     let typing = body["plugins"]
         .as_array()
@@ -121,48 +150,47 @@ async fn health_and_the_plugin_list() {
 #[tokio::test]
 async fn admin_needs_a_configured_token_and_the_right_one() {
     let off = state_from_file("");
-    let (status, body) = call(
+    expect_error(
         &off,
         "POST",
         "/admin/plugins/text/disable",
         Some(TOKEN),
         None,
+        StatusCode::FORBIDDEN,
+        "admin_disabled",
     )
     .await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::FORBIDDEN, Some("admin_disabled"))
-    );
     let on = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
-    let (status, body) = call(
+    expect_error(
         &on,
         "POST",
         "/admin/plugins/text/disable",
         Some("wrong-token-wrong-token"),
         None,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
     )
     .await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
-    );
-    let (status, body) = call(&on, "POST", "/admin/plugins/text/disable", None, None).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
-    );
-    let (status, body) = call(
+    expect_error(
+        &on,
+        "POST",
+        "/admin/plugins/text/disable",
+        None,
+        None,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    expect_error(
         &on,
         "POST",
         "/admin/plugins/nope/disable",
         Some(TOKEN),
         None,
+        StatusCode::NOT_FOUND,
+        "plugin_not_found",
     )
     .await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::NOT_FOUND, Some("plugin_not_found"))
-    );
 }
 
 #[tokio::test]
@@ -223,29 +251,37 @@ async fn disable_then_enable_through_the_admin_endpoint() {
     );
     let huge =
         json!({"contentType": 1, "conversationType": 1, "payload": {"text": "x".repeat(3 << 20)}});
-    let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(huge)).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::PAYLOAD_TOO_LARGE, Some("request_too_large"))
-    );
-    let (status, body) = call(
+    expect_error(
+        &s,
+        "POST",
+        "/admin/validate",
+        Some(TOKEN),
+        Some(huge),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "request_too_large",
+    )
+    .await;
+    expect_error(
         &s,
         "POST",
         "/admin/validate",
         Some(TOKEN),
         Some(json!({"contentType": 1})),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
     )
     .await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("bad_request"))
-    );
     let sys = json!({"contentType": 8, "conversationType": 2, "payload": {"operatorId": "o", "kickedUserIds": ["b"]}});
-    let (status, body) = call(&s, "POST", "/admin/validate", Some(TOKEN), Some(sys)).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::FORBIDDEN, Some("content_type_forbidden"))
-    );
+    expect_error(
+        &s,
+        "POST",
+        "/admin/validate",
+        Some(TOKEN),
+        Some(sys),
+        StatusCode::FORBIDDEN,
+        "content_type_forbidden",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -272,11 +308,16 @@ async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_
         ),
     )
     .unwrap();
-    let (status, body) = call(&s, "POST", "/admin/plugins/reload", Some(TOKEN), None).await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (StatusCode::CONFLICT, Some("reload_refused"))
-    );
+    let body = expect_error(
+        &s,
+        "POST",
+        "/admin/plugins/reload",
+        Some(TOKEN),
+        None,
+        StatusCode::CONFLICT,
+        "reload_refused",
+    )
+    .await;
     assert!(
         body["error"]["message"]
             .as_str()

@@ -121,9 +121,10 @@ fn main() {
 
     // 3. Compile and load time per plugin; 4. memory.
     println!("\ncompile and load per plugin (cranelift, opt-level speed):");
+    println!("  (validate µs: warm pooled instance, the plugin's first accepted example)");
     println!(
-        "  {:<16} {:>9} {:>12} {:>14}",
-        "plugin", "size KiB", "compile ms", "instantiate µs"
+        "  {:<16} {:>9} {:>12} {:>14} {:>12}",
+        "plugin", "size KiB", "compile ms", "instantiate µs", "validate µs"
     );
     let runtime = Runtime::new().unwrap();
     let mut files: Vec<(String, Vec<u8>)> = BUILTINS
@@ -144,7 +145,7 @@ fn main() {
         let component = runtime.compile(bytes).unwrap();
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
         let pre = runtime.prepare(&component).unwrap();
-        let pool = courier::plugins::runtime::InstancePool::new(
+        let pool = courier::plugins::pool::InstancePool::new(
             name,
             &runtime,
             pre,
@@ -161,9 +162,34 @@ fn main() {
                 .unwrap();
         }
         let inst_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        let warm = courier::plugins::pool::InstancePool::new(
+            name,
+            &runtime,
+            runtime.prepare(&component).unwrap(),
+            limits,
+        );
+        let examples = warm
+            .call(|s, b| b.courier_plugin_kind().call_examples(s))
+            .0
+            .unwrap();
+        let validate_us = examples.iter().find(|e| e.accepted).map(|e| {
+            let ctx = courier::plugins::bindings::WitContext {
+                sender_id: "alice".into(),
+                conversation_type: e.conversation_type,
+                conversation_id: "c1".into(),
+            };
+            time_calls(calls / 4, time / 4, || {
+                warm.call(|s, b| b.courier_plugin_kind().call_validate(s, &ctx, &e.payload))
+                    .0
+                    .unwrap()
+                    .unwrap();
+            })
+            .1
+        });
         println!(
-            "  {name:<16} {:>9} {compile_ms:>12.1} {inst_us:>14.1}",
-            bytes.len() / 1024
+            "  {name:<16} {:>9} {compile_ms:>12.1} {inst_us:>14.1} {:>12}",
+            bytes.len() / 1024,
+            validate_us.map_or("-".into(), |v| format!("{v:.1}"))
         );
     }
 

@@ -8,7 +8,8 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, types::ComponentItem};
 
 use super::manifest::Manifest;
-use super::runtime::{CallFailure, InstancePool, Limits, Runtime};
+use super::pool::InstancePool;
+use super::runtime::{CallFailure, Limits, Runtime};
 
 /// Contract versions (major, minor) this host implements: 1.0 up to 1.0.
 pub const CONTRACT_MIN: (u64, u64) = (1, 0);

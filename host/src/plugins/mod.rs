@@ -1,17 +1,21 @@
 //! The plugin platform: the sandboxed runtime, loading and its checks, the registry the
 //! send path calls, and the contract suite (`courier plugin check`).
 
+mod assemble;
 pub mod bindings;
 pub mod builtin;
 pub mod cache;
 pub mod check;
 pub mod loader;
 pub mod manifest;
+pub mod plugin;
+pub mod pool;
 pub mod registry;
 pub mod runtime;
 
 pub use loader::{LoadError, LoadFailure, Source};
 pub use manifest::{Delivery, Manifest, SenderKind};
+pub use pool::InstancePool;
 pub use registry::{
     LoadErrors, LoadedPlugin, PluginInfo, PluginRegistry, SendContext, ValidateError, Validated,
 };

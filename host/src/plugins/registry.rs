@@ -1,22 +1,16 @@
 //! The one API the send path uses: look up a content type, validate a payload, preview it.
 //! Also enable / disable / reload, and the circuit breaker.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use wasmtime::component::Component;
 
-use super::bindings::WitContext;
-use super::builtin::BUILTINS;
-use super::cache::DiskCache;
-use super::loader::{self, LoadError, LoadFailure, Source};
 use super::manifest::{Manifest, SenderKind};
-use super::runtime::{CallFailure, InstancePool, Limits, Runtime};
-use crate::config::{Config, RuntimeConfig};
+pub use super::plugin::{LoadedPlugin, PluginInfo, Stats, StatsSnapshot};
+use super::runtime::{CallFailure, Runtime};
+use crate::config::Config;
 
 /// Who is sending, and where: what `validate` needs besides the payload.
 #[derive(Debug, Clone, Copy)]
@@ -86,160 +80,17 @@ pub struct Validated {
     pub payload: String,
 }
 
-#[derive(Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Stats {
-    /// Validate calls that failed (so `calls` = accepted + rejected + this; one counter
-    /// fewer to bump on the hot path).
-    pub validate_failed: AtomicU64,
-    pub accepted: AtomicU64,
-    pub rejected: AtomicU64,
-    /// Every failed call, validate or preview.
-    pub failed: AtomicU64,
-}
-
-struct Breaker {
-    failures: VecDeque<Instant>,
-    tripped: Option<String>,
-}
-
-/// One loaded plugin.
-pub struct LoadedPlugin {
-    pub manifest: Manifest,
-    pub source: Source,
-    pub sha256: String,
-    pub contract: String,
-    pool: InstancePool,
-    enabled: AtomicBool,
-    breaker: Mutex<Breaker>,
-    stats: Stats,
-    breaker_failures: usize,
-    breaker_window: Duration,
-}
-
-impl std::fmt::Debug for LoadedPlugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedPlugin")
-            .field("name", &self.manifest.name)
-            .field("source", &self.source)
-            .finish()
-    }
-}
-
-/// What `GET /v1/plugins` shows of a plugin.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginInfo {
-    #[serde(flatten)]
-    pub manifest: Manifest,
-    pub enabled: bool,
-    pub source: String,
-    pub sha256: String,
-    pub contract: String,
-    /// Why the circuit breaker switched the plugin off, if it did.
-    pub tripped: Option<String>,
-    pub stats: StatsSnapshot,
-}
-
-#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
-pub struct StatsSnapshot {
-    pub calls: u64,
-    pub accepted: u64,
-    pub rejected: u64,
-    pub failed: u64,
-}
-
-impl LoadedPlugin {
-    pub fn is_enabled(&self) -> bool {
-        self.enabled.load(Ordering::Acquire)
-    }
-
-    pub fn pool(&self) -> &InstancePool {
-        &self.pool
-    }
-
-    pub fn info(&self) -> PluginInfo {
-        PluginInfo {
-            manifest: self.manifest.clone(),
-            enabled: self.is_enabled(),
-            source: self.source.to_string(),
-            sha256: self.sha256.clone(),
-            contract: self.contract.clone(),
-            tripped: self.breaker.lock().expect("breaker lock").tripped.clone(),
-            stats: self.stats(),
-        }
-    }
-
-    pub fn stats(&self) -> StatsSnapshot {
-        StatsSnapshot {
-            calls: self.stats.accepted.load(Ordering::Relaxed)
-                + self.stats.rejected.load(Ordering::Relaxed)
-                + self.stats.validate_failed.load(Ordering::Relaxed),
-            accepted: self.stats.accepted.load(Ordering::Relaxed),
-            rejected: self.stats.rejected.load(Ordering::Relaxed),
-            failed: self.stats.failed.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Counts a failure; trips the breaker (switching the plugin off) after too many.
-    fn record_failure(&self, failure: &CallFailure) {
-        self.stats.failed.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(plugin = %self.manifest.name, content_type = self.manifest.content_type, "plugin call failed: {failure}");
-        let mut b = self.breaker.lock().expect("breaker lock");
-        let now = Instant::now();
-        b.failures.push_back(now);
-        while b
-            .failures
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > self.breaker_window)
-        {
-            b.failures.pop_front();
-        }
-        if b.tripped.is_none() && b.failures.len() >= self.breaker_failures {
-            let reason = format!(
-                "{} failures within {} s, the last: {failure}",
-                b.failures.len(),
-                self.breaker_window.as_secs()
-            );
-            tracing::error!(plugin = %self.manifest.name, content_type = self.manifest.content_type, "circuit breaker switched the plugin off: {reason}");
-            b.tripped = Some(reason);
-            self.enabled.store(false, Ordering::Release);
-            self.pool.clear();
-        }
-    }
-
-    /// Validates under the budget; no registry lookups, no enabled check.
-    pub fn call_validate(
-        &self,
-        ctx: &SendContext<'_>,
-        payload: &str,
-    ) -> Result<Result<String, (String, String)>, CallFailure> {
-        let wit_ctx = WitContext {
-            sender_id: ctx.sender_id.to_string(),
-            conversation_type: ctx.conversation_type,
-            conversation_id: ctx.conversation_id.to_string(),
-        };
-        self.pool
-            .call(|store, b| {
-                b.courier_plugin_kind()
-                    .call_validate(store, &wit_ctx, payload)
-            })
-            .0
-            .map(|r| r.map_err(|rej| (rej.code, rej.message)))
-    }
-}
-
-struct Snapshot {
-    by_type: HashMap<u32, Arc<LoadedPlugin>>,
-    by_name: BTreeMap<String, Arc<LoadedPlugin>>,
+pub(super) struct Snapshot {
+    pub(super) by_type: HashMap<u32, Arc<LoadedPlugin>>,
+    pub(super) by_name: BTreeMap<String, Arc<LoadedPlugin>>,
 }
 
 /// All loaded plugins. Cheap to share (`Arc`); reads never wait on a reload.
 pub struct PluginRegistry {
-    runtime: Runtime,
+    pub(super) runtime: Runtime,
     current: RwLock<Arc<Snapshot>>,
     /// Compiled components by file hash, so a reload recompiles only what changed.
-    compiled: Mutex<HashMap<String, Component>>,
+    pub(super) compiled: Mutex<HashMap<String, Component>>,
     reloading: Mutex<()>,
 }
 
@@ -396,205 +247,6 @@ impl PluginRegistry {
         tracing::info!(plugins = self.snapshot().by_name.len(), "plugins reloaded");
         Ok(self.list())
     }
-
-    /// Loads every candidate, collecting every problem rather than stopping at the first.
-    fn build(&self, config: &Config) -> Result<Snapshot, LoadErrors> {
-        let rc = &config.runtime;
-        let mut errors: Vec<String> = Vec::new();
-        // (expected name if known, source, bytes)
-        let mut candidates: Vec<(Option<String>, Source, Vec<u8>)> = Vec::new();
-        for (name, entry) in &config.plugins {
-            if let Some(path) = &entry.path {
-                match std::fs::read(path) {
-                    Ok(bytes) => {
-                        candidates.push((Some(name.clone()), Source::File(path.clone()), bytes))
-                    }
-                    Err(e) => errors.push(
-                        LoadError::new(
-                            &Source::File(path.clone()),
-                            LoadFailure::Read(e.to_string()),
-                        )
-                        .to_string(),
-                    ),
-                }
-            }
-        }
-        if rc.builtins {
-            for (name, bytes) in BUILTINS {
-                let overridden = config.plugins.get(*name).is_some_and(|e| e.path.is_some());
-                if !overridden {
-                    candidates.push((
-                        Some(name.to_string()),
-                        Source::Builtin(name.to_string()),
-                        bytes.to_vec(),
-                    ));
-                }
-            }
-        }
-        if let Some(dir) = &rc.dir {
-            // A file named by a `[plugins.<name>] path` is loaded once, under that name.
-            let configured: Vec<PathBuf> = config
-                .plugins
-                .values()
-                .filter_map(|e| e.path.as_ref())
-                .filter_map(|p| p.canonicalize().ok())
-                .collect();
-            match wasm_files(dir) {
-                Ok(files) => {
-                    for path in files {
-                        if path.canonicalize().is_ok_and(|c| configured.contains(&c)) {
-                            continue;
-                        }
-                        match std::fs::read(&path) {
-                            Ok(bytes) => candidates.push((None, Source::File(path), bytes)),
-                            Err(e) => errors.push(
-                                LoadError::new(
-                                    &Source::File(path),
-                                    LoadFailure::Read(e.to_string()),
-                                )
-                                .to_string(),
-                            ),
-                        }
-                    }
-                }
-                Err(e) => errors.push(format!(
-                    "{}: cannot list the plugin directory: {e}",
-                    dir.display()
-                )),
-            }
-        }
-
-        let mut by_name: BTreeMap<String, Arc<LoadedPlugin>> = BTreeMap::new();
-        let mut by_type: HashMap<u32, Arc<LoadedPlugin>> = HashMap::new();
-        for (expected, source, bytes) in candidates {
-            let entry = expected.as_ref().and_then(|n| config.plugins.get(n));
-            let pin = entry.and_then(|e| e.sha256.as_deref());
-            match self.load_one(
-                rc,
-                &source,
-                &bytes,
-                pin,
-                entry.and_then(|e| e.fuel_per_call),
-            ) {
-                Err(e) => errors.push(e.to_string()),
-                Ok((checked_manifest, plugin)) => {
-                    let name = checked_manifest.name.clone();
-                    if let Some(expected) = &expected
-                        && expected != &name
-                    {
-                        errors.push(format!("{source}: declares the name {name:?}, but is configured as {expected:?}"));
-                        continue;
-                    }
-                    let entry = config.plugins.get(&name);
-                    if expected.is_none()
-                        && let Some(pin) = entry.and_then(|e| e.sha256.as_deref())
-                        && !pin.eq_ignore_ascii_case(&plugin.sha256)
-                    {
-                        errors.push(
-                            LoadError::new(
-                                &source,
-                                LoadFailure::ShaMismatch {
-                                    expected: pin.to_ascii_lowercase(),
-                                    actual: plugin.sha256.clone(),
-                                },
-                            )
-                            .to_string(),
-                        );
-                        continue;
-                    }
-                    plugin
-                        .enabled
-                        .store(entry.is_none_or(|e| e.enabled), Ordering::Release);
-                    if let Some(other) = by_name.get(&name) {
-                        errors.push(format!(
-                            "two plugins are named {name:?}: {} and {}",
-                            other.source, plugin.source
-                        ));
-                        continue;
-                    }
-                    if let Some(other) = by_type.get(&checked_manifest.content_type) {
-                        errors.push(format!(
-                            "content type {} is claimed by two plugins: {} ({}) and {} ({})",
-                            checked_manifest.content_type,
-                            other.manifest.name,
-                            other.source,
-                            name,
-                            plugin.source
-                        ));
-                        continue;
-                    }
-                    by_type.insert(checked_manifest.content_type, plugin.clone());
-                    by_name.insert(name, plugin);
-                }
-            }
-        }
-        for name in config.plugins.keys() {
-            if !by_name.contains_key(name) && !errors.iter().any(|e| e.contains(name.as_str())) {
-                errors.push(format!(
-                    "config names plugin {name:?}, but no plugin of that name was loaded"
-                ));
-            }
-        }
-        if !errors.is_empty() {
-            return Err(LoadErrors(errors));
-        }
-        Ok(Snapshot { by_type, by_name })
-    }
-
-    fn load_one(
-        &self,
-        rc: &RuntimeConfig,
-        source: &Source,
-        bytes: &[u8],
-        pin: Option<&str>,
-        fuel: Option<u64>,
-    ) -> Result<(Manifest, Arc<LoadedPlugin>), LoadError> {
-        let sha = loader::sha256_hex(bytes);
-        let mut cached = self
-            .compiled
-            .lock()
-            .expect("compile cache")
-            .get(&sha)
-            .cloned();
-        let disk = rc.cache_dir.clone().map(DiskCache::new);
-        let pin_ok = pin.is_none_or(|p| p.eq_ignore_ascii_case(&sha));
-        if cached.is_none()
-            && pin_ok
-            && loader::check_is_component(bytes).is_ok()
-            && let Some(disk) = &disk
-        {
-            cached = disk.load(&self.runtime, &sha);
-        }
-        let was_cached = cached.is_some();
-        let (component, sha) = loader::compile(&self.runtime, bytes, pin, cached)
-            .map_err(|f| LoadError::new(source, f))?;
-        if !was_cached && let Some(disk) = &disk {
-            disk.store(&self.runtime, &sha, &component);
-        }
-        self.compiled
-            .lock()
-            .expect("compile cache")
-            .insert(sha.clone(), component.clone());
-        let checked =
-            loader::check_component(&self.runtime, component, Limits::from_config(rc, fuel))
-                .map_err(|f| LoadError::new(source, f))?;
-        let plugin = Arc::new(LoadedPlugin {
-            manifest: checked.manifest.clone(),
-            source: source.clone(),
-            sha256: sha,
-            contract: checked.contract,
-            pool: checked.pool,
-            enabled: AtomicBool::new(true),
-            breaker: Mutex::new(Breaker {
-                failures: VecDeque::new(),
-                tripped: None,
-            }),
-            stats: Stats::default(),
-            breaker_failures: rc.breaker_failures as usize,
-            breaker_window: Duration::from_secs(rc.breaker_window_secs),
-        });
-        Ok((checked.manifest, plugin))
-    }
 }
 
 /// The checks the host makes before any wasm runs: sender kind, conversation type,
@@ -628,14 +280,4 @@ pub fn precheck<'p>(
         code: "not_utf8".into(),
         message: format!("payload is not UTF-8 text: {e}"),
     })
-}
-
-fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
-        .collect();
-    files.sort();
-    Ok(files)
 }

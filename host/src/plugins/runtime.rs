@@ -1,12 +1,11 @@
-//! The sandbox: one wasmtime engine, the linker that defines what a plugin may import, and
-//! the per-plugin instance pool that runs every call under a fuel budget and a memory cap.
+//! The sandbox: one wasmtime engine (fuel on), the linker that defines what a plugin may
+//! import, and the per-store state: the inert WASI context, the memory limiter, the
+//! captured stderr. `pool.rs` runs the calls.
 
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::time::Instant;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, ResourceLimiter, Store, Trap};
+use wasmtime::{Config, Engine, ResourceLimiter, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -110,6 +109,48 @@ pub struct HostState {
     log_lines: u32,
 }
 
+impl HostState {
+    /// A fresh store state for one instance of `plugin` under `limits`.
+    pub(super) fn new(plugin: Arc<str>, limits: Limits) -> HostState {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        HostState {
+            plugin,
+            wasi: inert_wasi(stderr.clone()),
+            stderr,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                cap: limits.memory_bytes,
+                current: 0,
+            },
+            log_lines: 0,
+        }
+    }
+
+    pub(super) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.limiter
+    }
+
+    /// The largest linear memory this instance has grown to.
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.limiter.current
+    }
+
+    /// Whether the instance has written so much to stderr that it should be replaced.
+    pub(super) fn stderr_full(&self) -> bool {
+        self.stderr.contents().len() >= STDERR_RECYCLE
+    }
+
+    /// The last lines the plugin wrote to stderr, on one line.
+    pub(super) fn stderr_tail(&self) -> String {
+        stderr_tail(&self.stderr)
+    }
+
+    /// A new call may log again.
+    pub(super) fn reset_log_lines(&mut self) {
+        self.log_lines = 0;
+    }
+}
+
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
@@ -119,7 +160,7 @@ impl WasiView for HostState {
     }
 }
 
-/// At most this many log lines per instance between recycles; longer lines are cut.
+/// At most this many log lines per call; longer lines are cut.
 const MAX_LOG_LINES: u32 = 1000;
 const MAX_LOG_BYTES: usize = 512;
 
@@ -241,197 +282,7 @@ fn seeded_rng() -> impl wasmtime_wasi::Rng + Send + 'static {
     rand::rngs::StdRng::seed_from_u64(0x00c0_0e1e)
 }
 
-/// One live instance and its store.
-struct Slot {
-    store: Store<HostState>,
-    bindings: Bindings,
-    calls: u64,
-}
-
-/// The instances of one plugin. In `Pooled` mode warm instances are reused; a trapped
-/// instance is never entered again. In `Fresh` mode every call gets a new one.
-pub struct InstancePool {
-    name: Arc<str>,
-    engine: Engine,
-    pre: PluginPre<HostState>,
-    limits: Limits,
-    idle: Idle,
-}
-
-/// Idle instances, one list per core. A thread takes from and returns to its own list
-/// first, so two cores calling one plugin do not contend on one lock; an empty list
-/// borrows from the others before a new instance is made.
-struct Idle {
-    shards: Box<[Mutex<Vec<Slot>>]>,
-}
-
-thread_local! {
-    static THREAD_INDEX: usize = {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    };
-}
-
-impl Idle {
-    fn new() -> Idle {
-        let n = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, 64);
-        Idle {
-            shards: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
-        }
-    }
-
-    fn home(&self) -> usize {
-        THREAD_INDEX.with(|i| *i) % self.shards.len()
-    }
-
-    fn pop(&self) -> Option<Slot> {
-        let home = self.home();
-        if let Some(slot) = self.shards[home].lock().expect("pool lock").pop() {
-            return Some(slot);
-        }
-        self.shards
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != home)
-            .find_map(|(_, shard)| shard.try_lock().ok().and_then(|mut s| s.pop()))
-    }
-
-    fn push(&self, slot: Slot) {
-        self.shards[self.home()]
-            .lock()
-            .expect("pool lock")
-            .push(slot);
-    }
-
-    fn clear(&self) {
-        for shard in self.shards.iter() {
-            shard.lock().expect("pool lock").clear();
-        }
-    }
-}
-
-impl InstancePool {
-    pub fn new(
-        name: &str,
-        runtime: &Runtime,
-        pre: PluginPre<HostState>,
-        limits: Limits,
-    ) -> InstancePool {
-        InstancePool {
-            name: name.into(),
-            engine: runtime.engine().clone(),
-            pre,
-            limits,
-            idle: Idle::new(),
-        }
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
-    /// The same pool, logging under the plugin's own name (known once its manifest is read).
-    pub fn renamed(self, name: &str) -> InstancePool {
-        self.idle.clear();
-        InstancePool {
-            name: name.into(),
-            ..self
-        }
-    }
-
-    fn instantiate(&self) -> Result<Slot, CallFailure> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        let state = HostState {
-            plugin: self.name.clone(),
-            wasi: inert_wasi(stderr.clone()),
-            stderr,
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                cap: self.limits.memory_bytes,
-                current: 0,
-            },
-            log_lines: 0,
-        };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        store
-            .set_fuel(self.limits.fuel_per_call)
-            .map_err(|e| CallFailure::Instantiate(e.to_string()))?;
-        let bindings = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| classify(e, self.limits, &stderr_tail(&store.data().stderr)))?;
-        Ok(Slot {
-            store,
-            bindings,
-            calls: 0,
-        })
-    }
-
-    /// Runs `f` on an instance under the budget. A failed call drops its instance.
-    /// The cost is reported whether the call succeeded or not.
-    pub fn call<R>(
-        &self,
-        f: impl FnOnce(&mut Store<HostState>, &Bindings) -> wasmtime::Result<R>,
-    ) -> (Result<R, CallFailure>, CallCost) {
-        let started = Instant::now();
-        let pooled = self.limits.isolation == Isolation::Pooled;
-        let reused = if pooled { self.idle.pop() } else { None };
-        let mut slot = match reused.map(Ok).unwrap_or_else(|| self.instantiate()) {
-            Ok(s) => s,
-            Err(e) => {
-                return (
-                    Err(e),
-                    CallCost {
-                        micros: started.elapsed().as_micros() as u64,
-                        ..CallCost::default()
-                    },
-                );
-            }
-        };
-        if let Err(e) = slot.store.set_fuel(self.limits.fuel_per_call) {
-            return (
-                Err(CallFailure::Instantiate(e.to_string())),
-                CallCost::default(),
-            );
-        }
-        let result = f(&mut slot.store, &slot.bindings);
-        let left = slot.store.get_fuel().unwrap_or(0);
-        let cost = CallCost {
-            fuel: self.limits.fuel_per_call.saturating_sub(left),
-            memory_bytes: slot.store.data().limiter.current,
-            micros: started.elapsed().as_micros() as u64,
-        };
-        match result {
-            Ok(r) => {
-                slot.calls += 1;
-                if pooled
-                    && slot.calls < self.limits.recycle_after_calls
-                    && cost.memory_bytes <= self.limits.recycle_above_bytes
-                    && slot.store.data().stderr.contents().len() < STDERR_RECYCLE
-                {
-                    slot.store.data_mut().log_lines = 0;
-                    self.idle.push(slot);
-                }
-                (Ok(r), cost)
-            }
-            // A trapped instance is never entered again: `slot` is dropped here.
-            Err(e) => {
-                let tail = stderr_tail(&slot.store.data().stderr);
-                (Err(classify(e, self.limits, &tail)), cost)
-            }
-        }
-    }
-
-    /// Drops every idle instance (after a failure streak or on unload).
-    pub fn clear(&self) {
-        self.idle.clear();
-    }
-}
-
-fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> CallFailure {
+pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> CallFailure {
     if let Some(m) = e.downcast_ref::<MemoryCapExceeded>() {
         return CallFailure::Memory {
             asked: m.asked,

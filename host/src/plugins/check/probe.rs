@@ -2,8 +2,9 @@
 
 use super::super::bindings::{WitContext, WitExample};
 use super::super::manifest::Manifest;
+use super::super::pool::InstancePool;
 use super::super::registry::{SendContext, precheck};
-use super::super::runtime::{CallCost, CallFailure, InstancePool};
+use super::super::runtime::{CallCost, CallFailure};
 use super::inputs::snippet;
 
 /// What one validate call came to.

@@ -1,0 +1,190 @@
+//! The instances of one plugin and the call discipline: a fresh fuel budget for every
+//! call, failures classified, a failed instance never entered again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmtime::{Engine, Store};
+
+use super::bindings::{Plugin as Bindings, PluginPre};
+use super::runtime::{CallCost, CallFailure, HostState, Limits, Runtime, classify};
+use crate::config::Isolation;
+
+/// One live instance and its store.
+struct Slot {
+    store: Store<HostState>,
+    bindings: Bindings,
+    calls: u64,
+}
+
+/// The instances of one plugin. In `Pooled` mode warm instances are reused; a trapped
+/// instance is never entered again. In `Fresh` mode every call gets a new one.
+pub struct InstancePool {
+    name: Arc<str>,
+    engine: Engine,
+    pre: PluginPre<HostState>,
+    limits: Limits,
+    idle: Idle,
+}
+
+/// Idle instances, one list per core. A thread takes from and returns to its own list
+/// first, so two cores calling one plugin do not contend on one lock; an empty list
+/// borrows from the others before a new instance is made.
+struct Idle {
+    shards: Box<[Mutex<Vec<Slot>>]>,
+}
+
+thread_local! {
+    static THREAD_INDEX: usize = {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    };
+}
+
+impl Idle {
+    fn new() -> Idle {
+        let n = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 64);
+        Idle {
+            shards: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+        }
+    }
+
+    fn home(&self) -> usize {
+        THREAD_INDEX.with(|i| *i) % self.shards.len()
+    }
+
+    fn pop(&self) -> Option<Slot> {
+        let home = self.home();
+        if let Some(slot) = self.shards[home].lock().expect("pool lock").pop() {
+            return Some(slot);
+        }
+        self.shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != home)
+            .find_map(|(_, shard)| shard.try_lock().ok().and_then(|mut s| s.pop()))
+    }
+
+    fn push(&self, slot: Slot) {
+        self.shards[self.home()]
+            .lock()
+            .expect("pool lock")
+            .push(slot);
+    }
+
+    fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().expect("pool lock").clear();
+        }
+    }
+}
+
+impl InstancePool {
+    pub fn new(
+        name: &str,
+        runtime: &Runtime,
+        pre: PluginPre<HostState>,
+        limits: Limits,
+    ) -> InstancePool {
+        InstancePool {
+            name: name.into(),
+            engine: runtime.engine().clone(),
+            pre,
+            limits,
+            idle: Idle::new(),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The same pool, logging under the plugin's own name (known once its manifest is read).
+    pub fn renamed(self, name: &str) -> InstancePool {
+        self.idle.clear();
+        InstancePool {
+            name: name.into(),
+            ..self
+        }
+    }
+
+    fn instantiate(&self) -> Result<Slot, CallFailure> {
+        let state = HostState::new(self.name.clone(), self.limits);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| s.limiter());
+        store
+            .set_fuel(self.limits.fuel_per_call)
+            .map_err(|e| CallFailure::Instantiate(e.to_string()))?;
+        let bindings = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify(e, self.limits, &store.data().stderr_tail()))?;
+        Ok(Slot {
+            store,
+            bindings,
+            calls: 0,
+        })
+    }
+
+    /// Runs `f` on an instance under the budget. A failed call drops its instance.
+    /// The cost is reported whether the call succeeded or not.
+    pub fn call<R>(
+        &self,
+        f: impl FnOnce(&mut Store<HostState>, &Bindings) -> wasmtime::Result<R>,
+    ) -> (Result<R, CallFailure>, CallCost) {
+        let started = Instant::now();
+        let pooled = self.limits.isolation == Isolation::Pooled;
+        let reused = if pooled { self.idle.pop() } else { None };
+        let mut slot = match reused.map(Ok).unwrap_or_else(|| self.instantiate()) {
+            Ok(s) => s,
+            Err(e) => {
+                return (
+                    Err(e),
+                    CallCost {
+                        micros: started.elapsed().as_micros() as u64,
+                        ..CallCost::default()
+                    },
+                );
+            }
+        };
+        if let Err(e) = slot.store.set_fuel(self.limits.fuel_per_call) {
+            return (
+                Err(CallFailure::Instantiate(e.to_string())),
+                CallCost::default(),
+            );
+        }
+        let result = f(&mut slot.store, &slot.bindings);
+        let left = slot.store.get_fuel().unwrap_or(0);
+        let cost = CallCost {
+            fuel: self.limits.fuel_per_call.saturating_sub(left),
+            memory_bytes: slot.store.data().memory_bytes(),
+            micros: started.elapsed().as_micros() as u64,
+        };
+        match result {
+            Ok(r) => {
+                slot.calls += 1;
+                if pooled
+                    && slot.calls < self.limits.recycle_after_calls
+                    && cost.memory_bytes <= self.limits.recycle_above_bytes
+                    && !slot.store.data().stderr_full()
+                {
+                    slot.store.data_mut().reset_log_lines();
+                    self.idle.push(slot);
+                }
+                (Ok(r), cost)
+            }
+            // A trapped instance is never entered again: `slot` is dropped here.
+            Err(e) => {
+                let tail = slot.store.data().stderr_tail();
+                (Err(classify(e, self.limits, &tail)), cost)
+            }
+        }
+    }
+
+    /// Drops every idle instance (after a failure streak or on unload).
+    pub fn clear(&self) {
+        self.idle.clear();
+    }
+}

@@ -72,8 +72,33 @@ fn main() {
         if quick { "quick" } else { "full" }
     );
 
+    println!("memory (resident set, measured first in a fresh process):");
+    let before = rss_bytes();
+    let reg = PluginRegistry::load(&Config::default()).unwrap();
+    let loaded = rss_bytes();
+    let n = BUILTINS.len();
+    // One warm instance per plugin: validate one of each plugin's examples.
+    for info in reg.list() {
+        let p = reg.by_name(&info.manifest.name).unwrap();
+        let _ = p
+            .pool()
+            .call(|s, b| b.courier_plugin_kind().call_examples(s))
+            .0;
+    }
+    let warm = rss_bytes();
+    println!(
+        "  {n} bundled plugins loaded (compiled, no instance kept): {:.2} MiB total, {:.0} KiB per plugin",
+        (loaded - before) as f64 / 1048576.0,
+        (loaded - before) as f64 / 1024.0 / n as f64
+    );
+    println!(
+        "  one warm pooled instance each: +{:.2} MiB total, {:.0} KiB per instance",
+        (warm.saturating_sub(loaded)) as f64 / 1048576.0,
+        warm.saturating_sub(loaded) as f64 / 1024.0 / n as f64
+    );
+
     // 1. Validate cost per call, per mode and size.
-    println!("validate cost per call, text plugin, through PluginRegistry::validate:");
+    println!("\nvalidate cost per call, text plugin, through PluginRegistry::validate:");
     println!(
         "  {:<8} {:>8} {:>12} {:>10}",
         "mode", "payload", "µs/call", "calls"
@@ -104,7 +129,7 @@ fn main() {
             .map(|_| {
                 let (reg, payload) = (reg.clone(), payload.clone());
                 std::thread::spawn(move || {
-                    time_calls(calls, time, || {
+                    time_calls(calls * 10, time, || {
                         reg.validate(1, &CTX, payload.as_bytes()).expect("valid");
                     })
                     .0
@@ -123,8 +148,8 @@ fn main() {
     println!("\ncompile and load per plugin (cranelift, opt-level speed):");
     println!("  (validate µs: warm pooled instance, the plugin's first accepted example)");
     println!(
-        "  {:<16} {:>9} {:>12} {:>14} {:>12}",
-        "plugin", "size KiB", "compile ms", "instantiate µs", "validate µs"
+        "  {:<16} {:>9} {:>12} {:>12} {:>14} {:>12}",
+        "plugin", "size KiB", "code KiB", "compile ms", "instantiate µs", "validate µs"
     );
     let runtime = Runtime::new().unwrap();
     let mut files: Vec<(String, Vec<u8>)> = BUILTINS
@@ -144,6 +169,8 @@ fn main() {
         let t = Instant::now();
         let component = runtime.compile(bytes).unwrap();
         let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+        let image = component.image_range();
+        let code_kib = (image.end as usize - image.start as usize) / 1024;
         let pre = runtime.prepare(&component).unwrap();
         let pool = courier::plugins::pool::InstancePool::new(
             name,
@@ -187,34 +214,9 @@ fn main() {
             .1
         });
         println!(
-            "  {name:<16} {:>9} {compile_ms:>12.1} {inst_us:>14.1} {:>12}",
+            "  {name:<16} {:>9} {code_kib:>12} {compile_ms:>12.1} {inst_us:>14.1} {:>12}",
             bytes.len() / 1024,
             validate_us.map_or("-".into(), |v| format!("{v:.1}"))
         );
     }
-
-    println!("\nmemory (resident set):");
-    let before = rss_bytes();
-    let reg = PluginRegistry::load(&Config::default()).unwrap();
-    let loaded = rss_bytes();
-    let n = BUILTINS.len();
-    // One warm instance per plugin: validate one of each plugin's examples.
-    for info in reg.list() {
-        let p = reg.by_name(&info.manifest.name).unwrap();
-        let _ = p
-            .pool()
-            .call(|s, b| b.courier_plugin_kind().call_examples(s))
-            .0;
-    }
-    let warm = rss_bytes();
-    println!(
-        "  {n} bundled plugins loaded (compiled, no instance kept): {:.2} MiB total, {:.0} KiB per plugin",
-        (loaded - before) as f64 / 1048576.0,
-        (loaded - before) as f64 / 1024.0 / n as f64
-    );
-    println!(
-        "  one warm pooled instance each: +{:.2} MiB total, {:.0} KiB per instance",
-        (warm.saturating_sub(loaded)) as f64 / 1048576.0,
-        warm.saturating_sub(loaded) as f64 / 1024.0 / n as f64
-    );
 }

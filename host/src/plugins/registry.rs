@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 
 use wasmtime::component::Component;
 
@@ -88,7 +90,8 @@ pub(super) struct Snapshot {
 /// All loaded plugins. Cheap to share (`Arc`); reads never wait on a reload.
 pub struct PluginRegistry {
     pub(super) runtime: Runtime,
-    current: RwLock<Arc<Snapshot>>,
+    /// The plugins in force; readers load it without a lock, a reload swaps it whole.
+    current: ArcSwap<Snapshot>,
     /// Compiled components by file hash, so a reload recompiles only what changed.
     pub(super) compiled: Mutex<HashMap<String, Component>>,
     reloading: Mutex<()>,
@@ -106,15 +109,15 @@ impl PluginRegistry {
             .map_err(|e| LoadErrors(vec![format!("cannot start the wasm engine: {e:#}")]))?;
         let registry = PluginRegistry {
             runtime,
-            current: RwLock::new(Arc::new(Snapshot {
+            current: ArcSwap::from_pointee(Snapshot {
                 by_type: HashMap::new(),
                 by_name: BTreeMap::new(),
-            })),
+            }),
             compiled: Mutex::new(HashMap::new()),
             reloading: Mutex::new(()),
         };
         let snapshot = registry.build(config)?;
-        *registry.current.write().expect("registry lock") = Arc::new(snapshot);
+        registry.current.store(Arc::new(snapshot));
         Ok(registry)
     }
 
@@ -123,16 +126,16 @@ impl PluginRegistry {
     }
 
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.current.read().expect("registry lock").clone()
+        self.current.load_full()
     }
 
     /// The plugin for a content type, enabled or not.
     pub fn get(&self, content_type: u32) -> Option<Arc<LoadedPlugin>> {
-        self.snapshot().by_type.get(&content_type).cloned()
+        self.current.load().by_type.get(&content_type).cloned()
     }
 
     pub fn by_name(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
-        self.snapshot().by_name.get(name).cloned()
+        self.current.load().by_name.get(name).cloned()
     }
 
     /// Every plugin, by name.
@@ -243,7 +246,7 @@ impl PluginRegistry {
         if !refusals.is_empty() {
             return Err(LoadErrors(refusals));
         }
-        *self.current.write().expect("registry lock") = Arc::new(next);
+        self.current.store(Arc::new(next));
         tracing::info!(plugins = self.snapshot().by_name.len(), "plugins reloaded");
         Ok(self.list())
     }

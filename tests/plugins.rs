@@ -690,3 +690,49 @@ fn a_file_in_the_plugin_dir_named_by_a_path_entry_loads_once() {
     assert_eq!(reg.list().len(), 1);
     assert!(reg.get(1).is_some());
 }
+
+#[test]
+fn instances_per_plugin_are_capped_and_failures_free_their_place() {
+    let reg = std::sync::Arc::new(registry(&format!(
+        "[runtime]\nmax_instances = 1\nbreaker_failures = 100\n[plugins.trap]\npath = {}\n",
+        toml_path(&fixture("trap"))
+    )));
+    // Eight threads at once on one plugin: all served, never more than one instance.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for t in 0..8 {
+        let (reg, tx) = (reg.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            for i in 0..200 {
+                let payload = format!(r#"{{"text":"t{t} m{i}"}}"#);
+                reg.validate(1, &user(1), payload.as_bytes()).unwrap();
+                most = most.max(reg.get(1).unwrap().pool().live_instances());
+            }
+            tx.send(most).unwrap();
+        });
+    }
+    for _ in 0..8 {
+        let most = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a thread finished");
+        assert_eq!(most, 1);
+    }
+    // A trapped instance gives its place back: the next call is not left waiting.
+    let trap = reg.clone();
+    std::thread::spawn(move || {
+        for _ in 0..3 {
+            assert_eq!(
+                trap.validate(9003, &user(1), br#"{"text":"boom"}"#)
+                    .unwrap_err()
+                    .code(),
+                "plugin_failed"
+            );
+        }
+        tx.send(usize::from(
+            trap.validate(9003, &user(1), br#"{"text":"ok"}"#).is_ok(),
+        ))
+        .unwrap();
+    });
+    assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(60)), Ok(1));
+    assert_eq!(reg.get(9003).unwrap().pool().live_instances(), 1);
+}

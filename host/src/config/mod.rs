@@ -66,6 +66,9 @@ pub struct RuntimeConfig {
     pub breaker_failures: u32,
     /// …within this many seconds.
     pub breaker_window_secs: u64,
+    /// Instances of one plugin that may exist at once; a call beyond waits for one to be
+    /// free. 0: twice the number of cores.
+    pub max_instances: u32,
     /// Where compiled plugins are cached between starts (keyed by file hash and engine).
     /// Unset: no cache.
     pub cache_dir: Option<PathBuf>,
@@ -104,6 +107,7 @@ impl Default for RuntimeConfig {
             recycle_above_mib: 32,
             breaker_failures: 5,
             breaker_window_secs: 60,
+            max_instances: 0,
             cache_dir: None,
         }
     }

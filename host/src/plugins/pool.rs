@@ -1,8 +1,9 @@
 //! The instances of one plugin and the call discipline: a fresh fuel budget for every
 //! call, failures classified, a failed instance never entered again.
 
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, Store};
 
@@ -10,11 +11,39 @@ use super::bindings::{Plugin as Bindings, PluginPre};
 use super::runtime::{CallCost, CallFailure, HostState, Limits, Runtime, classify};
 use crate::config::Isolation;
 
-/// One live instance and its store.
+/// One live instance and its store. Counted in the pool's `Live` while it exists.
 struct Slot {
     store: Store<HostState>,
     bindings: Bindings,
     calls: u64,
+    live: Arc<Live>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.live.count.fetch_sub(1, Ordering::AcqRel);
+        self.live.wake();
+    }
+}
+
+/// How many instances of a plugin exist, against the cap (`runtime.max_instances`):
+/// a call that finds no idle instance and the cap reached waits for one instead of
+/// making another, so a burst of calls cannot multiply a large plugin's memory.
+struct Live {
+    count: AtomicUsize,
+    max: usize,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    returned: Condvar,
+}
+
+impl Live {
+    fn wake(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            let _guard = self.lock.lock().expect("pool wait lock");
+            self.returned.notify_one();
+        }
+    }
 }
 
 /// The instances of one plugin. In `Pooled` mode warm instances are reused; a trapped
@@ -25,6 +54,7 @@ pub struct InstancePool {
     pre: PluginPre<HostState>,
     limits: Limits,
     idle: Idle,
+    live: Arc<Live>,
 }
 
 /// Idle instances, one list per core. A thread takes from and returns to its own list
@@ -94,6 +124,13 @@ impl InstancePool {
             pre,
             limits,
             idle: Idle::new(),
+            live: Arc::new(Live {
+                count: AtomicUsize::new(0),
+                max: limits.max_instances,
+                waiters: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                returned: Condvar::new(),
+            }),
         }
     }
 
@@ -110,7 +147,37 @@ impl InstancePool {
         }
     }
 
+    /// How many instances of this plugin exist now.
+    pub fn live_instances(&self) -> usize {
+        self.live.count.load(Ordering::Acquire)
+    }
+
+    /// An idle instance, or a new one while under the cap, or (at the cap) the next one
+    /// returned.
+    fn acquire(&self, pooled: bool) -> Result<Slot, CallFailure> {
+        loop {
+            if pooled && let Some(slot) = self.idle.pop() {
+                return Ok(slot);
+            }
+            let n = self.live.count.fetch_add(1, Ordering::AcqRel);
+            if n < self.live.max {
+                return self.instantiate();
+            }
+            self.live.count.fetch_sub(1, Ordering::AcqRel);
+            self.live.waiters.fetch_add(1, Ordering::AcqRel);
+            let guard = self.live.lock.lock().expect("pool wait lock");
+            // Re-checked on wake-up or after a short while, whichever comes first.
+            let _ = self
+                .live
+                .returned
+                .wait_timeout(guard, Duration::from_millis(5));
+            self.live.waiters.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A new instance; the caller has counted it in `live` already.
     fn instantiate(&self) -> Result<Slot, CallFailure> {
+        let counted = LiveCount(self.live.clone());
         let state = HostState::new(self.name.clone(), self.limits);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
@@ -121,10 +188,12 @@ impl InstancePool {
             .pre
             .instantiate(&mut store)
             .map_err(|e| classify(e, self.limits, &store.data().stderr_tail()))?;
+        std::mem::forget(counted);
         Ok(Slot {
             store,
             bindings,
             calls: 0,
+            live: self.live.clone(),
         })
     }
 
@@ -136,8 +205,7 @@ impl InstancePool {
     ) -> (Result<R, CallFailure>, CallCost) {
         let started = Instant::now();
         let pooled = self.limits.isolation == Isolation::Pooled;
-        let reused = if pooled { self.idle.pop() } else { None };
-        let mut slot = match reused.map(Ok).unwrap_or_else(|| self.instantiate()) {
+        let mut slot = match self.acquire(pooled) {
             Ok(s) => s,
             Err(e) => {
                 return (
@@ -172,6 +240,7 @@ impl InstancePool {
                 {
                     slot.store.data_mut().reset_log_lines();
                     self.idle.push(slot);
+                    self.live.wake();
                 }
                 (Ok(r), cost)
             }
@@ -186,5 +255,15 @@ impl InstancePool {
     /// Drops every idle instance (after a failure streak or on unload).
     pub fn clear(&self) {
         self.idle.clear();
+    }
+}
+
+/// Uncounts an instance whose creation failed (dropped without being forgotten).
+struct LiveCount(Arc<Live>);
+
+impl Drop for LiveCount {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+        self.0.wake();
     }
 }

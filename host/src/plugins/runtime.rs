@@ -20,6 +20,8 @@ pub struct Limits {
     pub isolation: Isolation,
     pub recycle_after_calls: u64,
     pub recycle_above_bytes: usize,
+    /// Instances of one plugin that may exist at once (calls beyond wait for one).
+    pub max_instances: usize,
 }
 
 impl Limits {
@@ -30,6 +32,10 @@ impl Limits {
             isolation: c.isolation,
             recycle_after_calls: c.recycle_after_calls,
             recycle_above_bytes: c.recycle_above_mib as usize * 1024 * 1024,
+            max_instances: match c.max_instances {
+                0 => 2 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n as usize,
+            },
         }
     }
 }

@@ -275,6 +275,7 @@ pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
         isolation,
         recycle_after_calls: u64::MAX,
         recycle_above_bytes: usize::MAX,
+        max_instances: 4,
     };
     let pool = |isolation| -> Result<InstancePool, String> {
         let pre = runtime.prepare(&component).map_err(|e| format!("{e:#}"))?;

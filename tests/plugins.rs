@@ -445,7 +445,7 @@ fn misbehaving_plugins_fail_one_message_and_the_host_keeps_serving() {
             CallFailure::Budget { .. } => "budget",
             CallFailure::Memory { .. } => "memory",
             CallFailure::Trap(_) => "trap",
-            CallFailure::Instantiate(_) => "instantiate",
+            other => panic!("unexpected failure {other}"),
         };
         assert_eq!(kind, want, "{name}: {e}");
         // The same plugin still serves good input on a fresh instance, and so do the others.
@@ -735,4 +735,59 @@ fn instances_per_plugin_are_capped_and_failures_free_their_place() {
     });
     assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(60)), Ok(1));
     assert_eq!(reg.get(9003).unwrap().pool().live_instances(), 1);
+}
+
+#[test]
+fn a_plugin_that_sleeps_does_not_hold_the_host() {
+    let reg = registry(&format!(
+        "[plugins.sleeper]\npath = {}\n",
+        toml_path(&fixture("sleeper"))
+    ));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // An hour's sleep, then Duration::MAX: time does not pass inside the sandbox.
+        let r = reg
+            .validate(9008, &user(1), br#"{"text":"zzz"}"#)
+            .map(|v| v.payload);
+        tx.send(r.map_err(|e| e.to_string())).unwrap();
+    });
+    let result = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("validate returned");
+    assert_eq!(result, Ok(r#"{"text":"zzz"}"#.to_string()));
+}
+
+#[test]
+fn the_host_checks_what_a_plugin_returns() {
+    use courier::plugins::Manifest;
+    let m = Manifest {
+        name: "t".into(),
+        version: "1.0.0".into(),
+        content_type: 1,
+        delivery: courier::plugins::Delivery::Persistent,
+        counts_unread: true,
+        conversation_types: vec![1],
+        sender: SenderKind::User,
+        max_payload_bytes: 20,
+        description: "t".into(),
+    };
+    let check = |r| courier::plugins::registry::check_output(&m, r);
+    assert_eq!(
+        check(Ok(r#"{"a":1}"#.into())).unwrap(),
+        Ok(r#"{"a":1}"#.into())
+    );
+    let too_big = check(Ok(format!(r#"{{"a":"{}"}}"#, "x".repeat(30))))
+        .unwrap_err()
+        .to_string();
+    assert!(too_big.contains("over its maximum of 20"), "{too_big}");
+    let not_json = check(Ok("{oops".into())).unwrap_err().to_string();
+    assert!(not_json.contains("not JSON"), "{not_json}");
+    let bad_code = check(Err(("Bad Code".into(), "m".into())))
+        .unwrap_err()
+        .to_string();
+    assert!(bad_code.contains("not 1-64 characters"), "{bad_code}");
+    let long = check(Err(("ok".into(), "y".repeat(1000))))
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(long.1.chars().count(), 300);
 }

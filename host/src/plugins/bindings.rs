@@ -3,6 +3,8 @@
 wasmtime::component::bindgen!({
     path: "../wit/v1",
     world: "plugin",
+    // `log` may trap: a plugin that logs past its per-call allowance is stopped.
+    imports: { default: trappable },
 });
 
 pub use self::courier::plugin::log::Level as LogLevel;

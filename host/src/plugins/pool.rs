@@ -155,6 +155,7 @@ impl InstancePool {
     /// An idle instance, or a new one while under the cap, or (at the cap) the next one
     /// returned.
     fn acquire(&self, pooled: bool) -> Result<Slot, CallFailure> {
+        let deadline = Instant::now() + ACQUIRE_TIMEOUT;
         loop {
             if pooled && let Some(slot) = self.idle.pop() {
                 return Ok(slot);
@@ -163,8 +164,10 @@ impl InstancePool {
             if n < self.live.max {
                 return self.instantiate();
             }
-            self.live.count.fetch_sub(1, Ordering::AcqRel);
+            // Registered as a waiter before giving the place back, so a slot returned in
+            // between wakes us.
             self.live.waiters.fetch_add(1, Ordering::AcqRel);
+            self.live.count.fetch_sub(1, Ordering::AcqRel);
             let guard = self.live.lock.lock().expect("pool wait lock");
             // Re-checked on wake-up or after a short while, whichever comes first.
             let _ = self
@@ -172,12 +175,21 @@ impl InstancePool {
                 .returned
                 .wait_timeout(guard, Duration::from_millis(5));
             self.live.waiters.fetch_sub(1, Ordering::AcqRel);
+            if Instant::now() >= deadline {
+                return Err(CallFailure::Busy {
+                    max: self.live.max,
+                    waited_ms: ACQUIRE_TIMEOUT.as_millis() as u64,
+                });
+            }
         }
     }
 
     /// A new instance; the caller has counted it in `live` already.
     fn instantiate(&self) -> Result<Slot, CallFailure> {
-        let counted = LiveCount(self.live.clone());
+        let mut counted = LiveCount {
+            live: &self.live,
+            armed: true,
+        };
         let state = HostState::new(self.name.clone(), self.limits);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
@@ -188,7 +200,8 @@ impl InstancePool {
             .pre
             .instantiate(&mut store)
             .map_err(|e| classify(e, self.limits, &store.data().stderr_tail()))?;
-        std::mem::forget(counted);
+        // The slot carries the count from here on.
+        counted.armed = false;
         Ok(Slot {
             store,
             bindings,
@@ -217,6 +230,7 @@ impl InstancePool {
                 );
             }
         };
+        slot.store.data_mut().start_call();
         if let Err(e) = slot.store.set_fuel(self.limits.fuel_per_call) {
             return (
                 Err(CallFailure::Instantiate(e.to_string())),
@@ -238,7 +252,6 @@ impl InstancePool {
                     && cost.memory_bytes <= self.limits.recycle_above_bytes
                     && !slot.store.data().stderr_full()
                 {
-                    slot.store.data_mut().reset_log_lines();
                     self.idle.push(slot);
                     self.live.wake();
                 }
@@ -258,12 +271,20 @@ impl InstancePool {
     }
 }
 
-/// Uncounts an instance whose creation failed (dropped without being forgotten).
-struct LiveCount(Arc<Live>);
+/// Uncounts an instance whose creation failed (dropped while still armed).
+struct LiveCount<'a> {
+    live: &'a Live,
+    armed: bool,
+}
 
-impl Drop for LiveCount {
+impl Drop for LiveCount<'_> {
     fn drop(&mut self) {
-        self.0.count.fetch_sub(1, Ordering::AcqRel);
-        self.0.wake();
+        if self.armed {
+            self.live.count.fetch_sub(1, Ordering::AcqRel);
+            self.live.wake();
+        }
     }
 }
+
+/// How long a call waits for a free instance when the cap is reached.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -162,7 +162,10 @@ impl PluginRegistry {
             });
         }
         let text = precheck(m, ctx, payload)?;
-        match plugin.call_validate(ctx, text) {
+        let outcome = plugin
+            .call_validate(ctx, text)
+            .and_then(|r| check_output(m, r));
+        match outcome {
             Ok(Ok(normalized)) => {
                 plugin.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 Ok(Validated {
@@ -197,11 +200,10 @@ impl PluginRegistry {
             .call(|store, b| b.courier_plugin_kind().call_preview(store, payload))
             .0
         {
-            Ok(line) => line,
-            Err(failure) => {
-                plugin.record_failure(&failure);
-                format!("[{}]", plugin.manifest.name)
-            }
+            Ok(line) => one_line(&line, 200),
+            // Not counted toward the circuit breaker: rendering history must not switch
+            // off sending.
+            Err(_) => format!("[{}]", plugin.manifest.name),
         }
     }
 
@@ -250,6 +252,60 @@ impl PluginRegistry {
         tracing::info!(plugins = self.snapshot().by_name.len(), "plugins reloaded");
         Ok(self.list())
     }
+}
+
+/// What a plugin returns is checked too: a normalized payload must be JSON within the
+/// kind's size limit; a rejection code `[a-z0-9_]{1,64}`; its message is cut to 300
+/// characters. A breach is the plugin's failure, not the sender's.
+pub fn check_output(
+    m: &Manifest,
+    result: Result<String, (String, String)>,
+) -> Result<Result<String, (String, String)>, CallFailure> {
+    match result {
+        Ok(normalized) => {
+            if normalized.len() > m.max_payload_bytes as usize {
+                return Err(CallFailure::Contract(format!(
+                    "returned a normalized payload of {} bytes, over its maximum of {}",
+                    normalized.len(),
+                    m.max_payload_bytes
+                )));
+            }
+            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&normalized) {
+                return Err(CallFailure::Contract(format!(
+                    "returned a normalized payload that is not JSON: {e}"
+                )));
+            }
+            Ok(Ok(normalized))
+        }
+        Err((code, message)) => {
+            let code_ok = !code.is_empty()
+                && code.len() <= 64
+                && code
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !code_ok {
+                return Err(CallFailure::Contract(format!(
+                    "rejected with the code {:?}, which is not 1-64 characters of a-z, 0-9 and _",
+                    code.chars().take(80).collect::<String>()
+                )));
+            }
+            Ok(Err((code, one_line(&message, 300))))
+        }
+    }
+}
+
+/// One line of at most `max` characters.
+pub fn one_line(s: &str, max: usize) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max + 1)
+        .collect();
+    if out.chars().count() > max {
+        out = out.chars().take(max - 1).collect();
+        out.push('…');
+    }
+    out
 }
 
 /// The checks the host makes before any wasm runs: sender kind, conversation type,

@@ -51,6 +51,10 @@ pub enum CallFailure {
     Trap(String),
     #[error("could not be instantiated: {0}")]
     Instantiate(String),
+    #[error("had no free instance within {waited_ms} ms ({max} instances busy)")]
+    Busy { max: usize, waited_ms: u64 },
+    #[error("broke the contract: {0}")]
+    Contract(String),
 }
 
 /// What a call cost.
@@ -80,6 +84,17 @@ impl Runtime {
         // inert: no preopened directories, no sockets, no name lookup, no environment,
         // a frozen clock, fixed random seed, stdio discarded. See `loader::ALLOWED_WASI`.
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // Time does not pass inside a plugin: the clock is frozen, and a timer (a sleep, a
+        // poll with a timeout) is ready at once instead of blocking the host's thread.
+        linker.allow_shadowing(true);
+        let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+        clock.func_wrap("subscribe-duration", |mut cx, (_,): (u64,)| {
+            ready_pollable(&mut cx)
+        })?;
+        clock.func_wrap("subscribe-instant", |mut cx, (_,): (u64,)| {
+            ready_pollable(&mut cx)
+        })?;
+        linker.allow_shadowing(false);
         Bindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Runtime { engine, linker })
     }
@@ -103,6 +118,26 @@ impl Runtime {
     }
 }
 
+/// The monotonic clock interface as wasmtime-wasi defines it (guests importing any 0.2.x
+/// version are linked to it).
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// A pollable that is ready at once.
+struct Ready;
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for Ready {
+    async fn ready(&mut self) {}
+}
+
+fn ready_pollable(
+    cx: &mut wasmtime::StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<(wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>,)> {
+    let table = &mut cx.data_mut().table;
+    let ready = table.push(Ready)?;
+    Ok((wasmtime_wasi::p2::subscribe(table, ready)?,))
+}
+
 /// Per-store state: the inert WASI context and the memory limiter.
 pub struct HostState {
     plugin: Arc<str>,
@@ -110,6 +145,8 @@ pub struct HostState {
     /// What the plugin wrote to stderr (a panic message, a Python traceback), kept to
     /// explain a trap. Bounded: the instance is recycled before it fills.
     stderr: MemoryOutputPipe,
+    /// Where the current call's stderr starts.
+    stderr_mark: usize,
     table: ResourceTable,
     limiter: MemoryLimiter,
     log_lines: u32,
@@ -123,6 +160,7 @@ impl HostState {
             plugin,
             wasi: inert_wasi(stderr.clone()),
             stderr,
+            stderr_mark: 0,
             table: ResourceTable::new(),
             limiter: MemoryLimiter {
                 cap: limits.memory_bytes,
@@ -146,13 +184,15 @@ impl HostState {
         self.stderr.contents().len() >= STDERR_RECYCLE
     }
 
-    /// The last lines the plugin wrote to stderr, on one line.
+    /// The last lines the plugin wrote to stderr during the current call, on one line
+    /// (what earlier calls wrote, possibly for other senders, is never shown).
     pub(super) fn stderr_tail(&self) -> String {
-        stderr_tail(&self.stderr)
+        stderr_tail(&self.stderr, self.stderr_mark)
     }
 
-    /// A new call may log again.
-    pub(super) fn reset_log_lines(&mut self) {
+    /// A call starts: forget the stderr written before it, for reporting.
+    pub(super) fn start_call(&mut self) {
+        self.stderr_mark = self.stderr.contents().len();
         self.log_lines = 0;
     }
 }
@@ -166,23 +206,33 @@ impl WasiView for HostState {
     }
 }
 
-/// At most this many log lines per call; longer lines are cut.
-const MAX_LOG_LINES: u32 = 1000;
+/// At most this many log lines per call (more stops the call); lines are cut to 512 bytes.
+const MAX_LOG_LINES: u32 = 100;
 const MAX_LOG_BYTES: usize = 512;
+/// A longer line stops the call.
+const MAX_LOG_MESSAGE: usize = 64 * 1024;
 
 impl log::Host for HostState {
-    fn log(&mut self, level: LogLevel, message: String) {
-        if self.log_lines >= MAX_LOG_LINES {
-            return;
+    fn log(&mut self, level: LogLevel, message: String) -> wasmtime::Result<()> {
+        // The host copies what a plugin logs, outside its fuel budget: bound that work.
+        if self.log_lines >= MAX_LOG_LINES || message.len() > MAX_LOG_MESSAGE {
+            wasmtime::bail!(
+                "logged more than {MAX_LOG_LINES} lines or a line over {MAX_LOG_MESSAGE} bytes in one call"
+            );
         }
         self.log_lines += 1;
-        let mut msg = message;
-        if msg.len() > MAX_LOG_BYTES {
-            let mut end = MAX_LOG_BYTES;
-            while !msg.is_char_boundary(end) {
-                end -= 1;
+        let mut msg = String::with_capacity(MAX_LOG_BYTES.min(message.len()));
+        for c in message.chars() {
+            if msg.len() >= MAX_LOG_BYTES {
+                msg.push('…');
+                break;
             }
-            msg.truncate(end);
+            // Control characters could forge log lines: escape them.
+            if c.is_control() {
+                msg.extend(c.escape_default());
+            } else {
+                msg.push(c);
+            }
         }
         let plugin = &*self.plugin;
         match level {
@@ -191,6 +241,7 @@ impl log::Host for HostState {
             LogLevel::Warn => tracing::warn!(plugin, "{msg}"),
             LogLevel::Error => tracing::error!(plugin, "{msg}"),
         }
+        Ok(())
     }
 }
 
@@ -219,29 +270,53 @@ impl std::fmt::Display for MemoryCapExceeded {
 impl std::error::Error for MemoryCapExceeded {}
 
 impl ResourceLimiter for MemoryLimiter {
+    // `current` is the total of every memory and table of the instance: the cap is one
+    // budget for the plugin, not one per memory.
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.cap {
+        let total = self.current - current.min(self.current) + desired;
+        if total > self.cap {
             return Err(wasmtime::Error::new(MemoryCapExceeded {
-                asked: desired,
+                asked: total,
                 cap: self.cap,
             }));
         }
-        self.current = self.current.max(desired);
+        self.current = total;
         Ok(true)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        const ELEMENT: usize = 8;
+        let total = self.current - (current * ELEMENT).min(self.current) + desired * ELEMENT;
+        if total > self.cap {
+            return Err(wasmtime::Error::new(MemoryCapExceeded {
+                asked: total,
+                cap: self.cap,
+            }));
+        }
+        self.current = total;
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        1000
+    }
+
+    fn tables(&self) -> usize {
+        1000
+    }
+
+    fn memories(&self) -> usize {
+        100
     }
 }
 
@@ -278,6 +353,7 @@ fn inert_wasi(stderr: MemoryOutputPipe) -> WasiCtx {
         .insecure_random_seed(0)
         .secure_random(seeded_rng())
         .insecure_random(seeded_rng())
+        .max_random_size(4096)
         .stderr(stderr);
     b.build()
 }
@@ -312,9 +388,9 @@ pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> Call
 }
 
 /// The last lines the plugin wrote to stderr, on one line, at most ~300 bytes.
-fn stderr_tail(pipe: &MemoryOutputPipe) -> String {
+fn stderr_tail(pipe: &MemoryOutputPipe, mark: usize) -> String {
     let bytes = pipe.contents();
-    let start = bytes.len().saturating_sub(300);
+    let start = bytes.len().saturating_sub(300).max(mark.min(bytes.len()));
     let text = String::from_utf8_lossy(&bytes[start..]);
     let lines: Vec<&str> = text
         .lines()

@@ -25,7 +25,7 @@ pub(super) fn run_behaviour_checks(
         let mut wrong = Vec::new();
         let (mut acc, mut rej) = (0, 0);
         for ex in &examples {
-            let outcome = probe.validate(ex.conversation_type, &ex.payload);
+            let outcome = probe.validate_example(ex.conversation_type, &ex.payload);
             match (&outcome, ex.accepted) {
                 (Outcome::Accepted(_), true) => acc += 1,
                 (Outcome::Rejected { .. }, false) => rej += 1,
@@ -81,13 +81,24 @@ pub(super) fn run_behaviour_checks(
                 fresh.describe()
             ));
         }
+        // From another conversation: nothing of the previous calls' context may show.
+        let warm_elsewhere = probe.validate_elsewhere(false, *ct, payload);
+        let fresh_elsewhere = probe.validate_elsewhere(true, *ct, payload);
+        if warm_elsewhere != fresh_elsewhere {
+            diffs.push(format!(
+                "{} from another conversation: {} on the warm instance, {} on a fresh one",
+                inputs::snippet(payload),
+                warm_elsewhere.describe(),
+                fresh_elsewhere.describe()
+            ));
+        }
     }
     push_result(
         r,
         "determinism",
         diffs,
         format!(
-            "{} inputs give the same result twice in a row and on a fresh instance",
+            "{} inputs give the same result twice in a row, on a fresh instance, and from another conversation",
             corpus.len()
         ),
     );

@@ -326,6 +326,10 @@ pub fn check_bytes(file: &str, bytes: &[u8], opts: &CheckOptions) -> Report {
         );
     } else {
         r.push("manifest", Status::Fail, problems.join("\n"));
+        r.manifest = Some(manifest);
+        // The host would not load it; its limits cannot be trusted to drive the rest.
+        r.skip_rest(&ALL_CHECKS[5..], "invalid manifest");
+        return r;
     }
     r.manifest = Some(manifest.clone());
     probe.manifest = Some(manifest.clone());

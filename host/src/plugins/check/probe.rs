@@ -3,7 +3,7 @@
 use super::super::bindings::{WitContext, WitExample};
 use super::super::manifest::Manifest;
 use super::super::pool::InstancePool;
-use super::super::registry::{SendContext, precheck};
+use super::super::registry::{SendContext, check_output, precheck};
 use super::super::runtime::{CallCost, CallFailure};
 use super::inputs::snippet;
 
@@ -105,11 +105,43 @@ impl Probe {
     }
 
     pub fn validate(&mut self, conversation_type: u8, payload: &str) -> Outcome {
-        self.validate_in(false, conversation_type, payload)
+        self.validate_in(false, conversation_type, payload, "c-check")
     }
 
     pub fn validate_fresh(&mut self, conversation_type: u8, payload: &str) -> Outcome {
-        self.validate_in(true, conversation_type, payload)
+        self.validate_in(true, conversation_type, payload, "c-check")
+    }
+
+    /// As `validate`, from another conversation (a context the warm instance has not
+    /// seen), on the warm instance or a fresh one.
+    pub fn validate_elsewhere(
+        &mut self,
+        fresh: bool,
+        conversation_type: u8,
+        payload: &str,
+    ) -> Outcome {
+        self.validate_in(fresh, conversation_type, payload, "c-elsewhere")
+    }
+
+    /// An example, as the registry would see it from the manifest's sender kind.
+    pub fn validate_example(&mut self, conversation_type: u8, payload: &str) -> Outcome {
+        let sender = self
+            .manifest
+            .as_ref()
+            .map(|m| m.sender)
+            .unwrap_or(super::SenderKind::User);
+        let sender_id = if sender == super::SenderKind::System {
+            "system"
+        } else {
+            "u-check"
+        };
+        let ctx = SendContext {
+            sender_id,
+            sender,
+            conversation_type,
+            conversation_id: "c-check",
+        };
+        self.validate_as(&ctx, payload.as_bytes())
     }
 
     /// Validates as the registry would: the host's prechecks, then the plugin.
@@ -128,7 +160,13 @@ impl Probe {
         self.call_validate(false, ctx, &text)
     }
 
-    fn validate_in(&mut self, fresh: bool, conversation_type: u8, payload: &str) -> Outcome {
+    fn validate_in(
+        &mut self,
+        fresh: bool,
+        conversation_type: u8,
+        payload: &str,
+        conversation_id: &str,
+    ) -> Outcome {
         let sender = self
             .manifest
             .as_ref()
@@ -143,7 +181,7 @@ impl Probe {
             sender_id,
             sender,
             conversation_type,
-            conversation_id: "c-check",
+            conversation_id,
         };
         self.call_validate(fresh, &ctx, payload)
     }
@@ -155,13 +193,16 @@ impl Probe {
             conversation_id: ctx.conversation_id.into(),
         };
         let pool = if fresh { &self.fresh } else { &self.pooled };
-        let r = pool.call(|s, b| b.courier_plugin_kind().call_validate(s, &wit, payload));
-        match self.record(&format!("validate({})", snippet(payload)), r) {
+        let (r, cost) = pool.call(|s, b| b.courier_plugin_kind().call_validate(s, &wit, payload));
+        // The host's checks of what a plugin returns apply here as in the registry.
+        let r = r.map(|res| res.map_err(|rej| (rej.code, rej.message)));
+        let r = match &self.manifest {
+            Some(m) => r.and_then(|res| check_output(m, res)),
+            None => r,
+        };
+        match self.record(&format!("validate({})", snippet(payload)), (r, cost)) {
             Ok(Ok(out)) => Outcome::Accepted(out),
-            Ok(Err(rej)) => Outcome::Rejected {
-                code: rej.code,
-                message: rej.message,
-            },
+            Ok(Err((code, message))) => Outcome::Rejected { code, message },
             Err(e) => Outcome::Failed(e.to_string()),
         }
     }

@@ -90,13 +90,25 @@ fn ensure_target() {
     assert!(status.success(), "`rustup target add {TARGET}` failed");
 }
 
+/// Cargo settings the nested build keeps: where cargo lives, how it reaches registries,
+/// how it prints. Every other CARGO_* variable describes the outer build and is removed.
+const KEEP: &[&str] = &[
+    "CARGO_HOME",
+    "CARGO_NET_",
+    "CARGO_HTTP_",
+    "CARGO_REGISTRIES_",
+    "CARGO_REGISTRY_",
+    "CARGO_SOURCE_",
+    "CARGO_TERM_",
+];
+
 /// The cargo that runs this build, with the outer build's variables removed.
 fn clean_cargo() -> Command {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     for (key, _) in env::vars_os() {
         let key = key.to_string_lossy();
-        let outer = (key.starts_with("CARGO_") && key != "CARGO_HOME")
+        let outer = (key.starts_with("CARGO_") && !KEEP.iter().any(|k| key.starts_with(k)))
             || key.starts_with("RUSTC")
             || key.starts_with("RUSTDOC")
             || key == "RUSTFLAGS"

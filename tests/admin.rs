@@ -184,6 +184,16 @@ async fn admin_needs_a_configured_token_and_the_right_one() {
     expect_error(
         &on,
         "POST",
+        "/admin/plugins/%FF/disable",
+        Some(TOKEN),
+        None,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    )
+    .await;
+    expect_error(
+        &on,
+        "POST",
         "/admin/plugins/nope/disable",
         Some(TOKEN),
         None,

@@ -791,3 +791,56 @@ fn the_host_checks_what_a_plugin_returns() {
         .unwrap_err();
     assert_eq!(long.1.chars().count(), 300);
 }
+
+#[test]
+fn a_kind_removed_and_added_back_changed_is_still_refused() {
+    let reg = registry("");
+    // Reload without the bundled kinds: text (content type 1) is gone…
+    reg.reload(&Config::from_toml("[runtime]\nbuiltins = false\n").unwrap())
+        .unwrap();
+    assert!(reg.get(1).is_none());
+    // …and may not come back as a live kind.
+    let err = reg
+        .reload(
+            &Config::from_toml(&format!(
+                "[runtime]\nbuiltins = false\n[plugins.text]\npath = {}\n",
+                toml_path(&fixture("changed-text"))
+            ))
+            .unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("would change delivery from persistent to live"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_plugin_from_the_dir_gets_its_fuel_override() {
+    let dir = scratch("dir-fuel");
+    std::fs::copy(fixture("endless-loop"), dir.join("loop.wasm")).unwrap();
+    let reg = registry(&format!(
+        "[runtime]\ndir = {}\n[plugins.endless-loop]\nfuel_per_call = 20000\n",
+        toml_path(&dir)
+    ));
+    let e = reg
+        .validate(9001, &user(1), br#"{"text":"spin"}"#)
+        .unwrap_err();
+    assert!(e.to_string().contains("budget of 20000 fuel units"), "{e}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_cache_dir_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let cache = scratch("open-cache");
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let reg = registry(&format!("[runtime]\ncache_dir = {}\n", toml_path(&cache)));
+    assert!(reg.validate(1, &user(1), br#"{"text":"hi"}"#).is_ok());
+    assert_eq!(
+        std::fs::read_dir(&cache).unwrap().count(),
+        0,
+        "nothing written to a shared dir"
+    );
+}

@@ -30,7 +30,15 @@ pub fn fixture(name: &str) -> PathBuf {
         let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
         for (key, _) in std::env::vars_os() {
             let key = key.to_string_lossy().into_owned();
-            if (key.starts_with("CARGO_") && key != "CARGO_HOME")
+            let keep = [
+                "CARGO_HOME",
+                "CARGO_NET_",
+                "CARGO_HTTP_",
+                "CARGO_REGISTRIES_",
+                "CARGO_REGISTRY_",
+                "CARGO_TERM_",
+            ];
+            if (key.starts_with("CARGO_") && !keep.iter().any(|k| key.starts_with(k)))
                 || key.starts_with("RUSTC")
                 || key == "RUSTFLAGS"
             {

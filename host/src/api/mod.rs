@@ -26,6 +26,8 @@ pub struct AppState {
     pub config: Arc<Mutex<Config>>,
     /// The file a reload re-reads; `None`: embedded defaults (and environment).
     pub config_path: Option<PathBuf>,
+    /// One reload at a time, from reading the file to installing the new config.
+    reloading: Arc<Mutex<()>>,
 }
 
 impl AppState {
@@ -38,12 +40,14 @@ impl AppState {
             registry,
             config: Arc::new(Mutex::new(config)),
             config_path,
+            reloading: Arc::new(Mutex::new(())),
         }
     }
 
     /// Re-reads the config file and reloads the plugins. CPU-heavy (compiles what changed):
     /// call from a blocking thread.
     pub fn reload(&self) -> Result<Vec<crate::plugins::PluginInfo>, String> {
+        let _one_at_a_time = self.reloading.lock().expect("reload lock");
         let config = Config::load(self.config_path.as_deref()).map_err(|e| e.to_string())?;
         let list = self.registry.reload(&config).map_err(|e| e.to_string())?;
         *self.config.lock().expect("config lock") = config;
@@ -124,20 +128,28 @@ async fn admin_list(
     Ok(Json(json!({ "plugins": s.registry.list() })))
 }
 
+/// The `{name}` path segment, with a bad one answered in the error envelope.
+fn plugin_name(
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<String, ApiError> {
+    path.map(|Path(name)| name)
+        .map_err(|e| ApiError::bad_request(format!("bad plugin name in the path: {e}")))
+}
+
 async fn enable(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    switch(s, headers, name, true)
+    switch(s, headers, plugin_name(path)?, true)
 }
 
 async fn disable(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    switch(s, headers, name, false)
+    switch(s, headers, plugin_name(path)?, false)
 }
 
 fn switch(

@@ -99,7 +99,7 @@ impl PluginRegistry {
                 entry.and_then(|e| e.fuel_per_call),
             ) {
                 Err(e) => errors.push(e.to_string()),
-                Ok((checked_manifest, plugin)) => {
+                Ok((checked_manifest, mut plugin)) => {
                     let name = checked_manifest.name.clone();
                     if let Some(expected) = &expected
                         && expected != &name
@@ -123,6 +123,14 @@ impl PluginRegistry {
                             .to_string(),
                         );
                         continue;
+                    }
+                    // A file from the plugin directory gets its name's fuel override now
+                    // that the name is known.
+                    if expected.is_none()
+                        && let Some(fuel) = entry.and_then(|e| e.fuel_per_call)
+                        && let Some(p) = Arc::get_mut(&mut plugin)
+                    {
+                        p.pool.set_fuel(fuel);
                     }
                     plugin
                         .enabled
@@ -178,7 +186,7 @@ impl PluginRegistry {
             .expect("compile cache")
             .get(&sha)
             .cloned();
-        let disk = rc.cache_dir.clone().map(DiskCache::new);
+        let disk = rc.cache_dir.as_deref().and_then(DiskCache::open);
         let pin_ok = pin.is_none_or(|p| p.eq_ignore_ascii_case(&sha));
         if cached.is_none()
             && pin_ok

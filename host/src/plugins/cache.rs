@@ -7,7 +7,7 @@
 //! a miss: the plugin is compiled and the entry rewritten.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use wasmtime::component::Component;
 
@@ -20,8 +20,19 @@ pub struct DiskCache {
 }
 
 impl DiskCache {
-    pub fn new(dir: PathBuf) -> DiskCache {
-        DiskCache { dir }
+    /// The cache in `dir`, created private to the server's user if missing. A directory
+    /// that others could write to is refused (logged; the server then compiles instead):
+    /// its files are run as native code.
+    pub fn open(dir: &Path) -> Option<DiskCache> {
+        match private_dir(dir) {
+            Ok(()) => Some(DiskCache {
+                dir: dir.to_path_buf(),
+            }),
+            Err(why) => {
+                tracing::warn!(dir = %dir.display(), "compiled plugin cache not used: {why}");
+                None
+            }
+        }
     }
 
     fn path(&self, runtime: &Runtime, sha: &str) -> PathBuf {
@@ -36,6 +47,12 @@ impl DiskCache {
     /// A previously compiled component for these bytes, if a valid entry exists.
     pub fn load(&self, runtime: &Runtime, sha: &str) -> Option<Component> {
         let path = self.path(runtime, sha);
+        if let Err(why) = private_file(&path) {
+            if path.exists() {
+                tracing::warn!(path = %path.display(), "compiled plugin cache entry not used: {why}");
+            }
+            return None;
+        }
         let bytes = std::fs::read(&path).ok()?;
         let recorded = std::fs::read_to_string(path.with_extension("sha256")).ok()?;
         if recorded.trim() != sha256_hex(&bytes) {
@@ -62,7 +79,6 @@ impl DiskCache {
     pub fn store(&self, runtime: &Runtime, sha: &str, component: &Component) {
         let path = self.path(runtime, sha);
         let result = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(&self.dir)?;
             let bytes = component.serialize().map_err(std::io::Error::other)?;
             let tmp = path.with_extension("tmp");
             std::fs::write(&tmp, &bytes)?;
@@ -73,4 +89,51 @@ impl DiskCache {
             tracing::warn!(dir = %self.dir.display(), "cannot write the compiled plugin cache: {e}");
         }
     }
+}
+
+/// The directory exists (created 0700 if not), belongs to this process's user and is not
+/// writable by group or others.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot create it: {e}"))?;
+        }
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    private_file(dir)
+}
+
+/// Owned by this process's user and not writable by group or others (Unix; elsewhere
+/// only existence is checked).
+fn private_file(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "it is writable by group or others (mode {:o})",
+                meta.mode() & 0o777
+            ));
+        }
+        // On Linux /proc/self belongs to the process's effective user.
+        if let Ok(me) = std::fs::metadata("/proc/self")
+            && me.uid() != meta.uid()
+        {
+            return Err(format!(
+                "it belongs to user {}, not to the server's user {}",
+                meta.uid(),
+                me.uid()
+            ));
+        }
+    }
+    let _ = meta;
+    Ok(())
 }

@@ -138,6 +138,12 @@ impl InstancePool {
         self.limits
     }
 
+    /// Changes the fuel budget of every later call.
+    pub fn set_fuel(&mut self, fuel_per_call: u64) {
+        self.idle.clear();
+        self.limits.fuel_per_call = fuel_per_call;
+    }
+
     /// The same pool, logging under the plugin's own name (known once its manifest is read).
     pub fn renamed(self, name: &str) -> InstancePool {
         self.idle.clear();

@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 
 use wasmtime::component::Component;
 
-use super::manifest::{Manifest, SenderKind};
+use super::manifest::{Delivery, Manifest, SenderKind};
 pub use super::plugin::{LoadedPlugin, PluginInfo, Stats, StatsSnapshot};
 use super::runtime::{CallFailure, Runtime};
 use crate::config::Config;
@@ -94,7 +94,9 @@ pub struct PluginRegistry {
     current: ArcSwap<Snapshot>,
     /// Compiled components by file hash, so a reload recompiles only what changed.
     pub(super) compiled: Mutex<HashMap<String, Component>>,
-    reloading: Mutex<()>,
+    /// Delivery class and unread counting of every content type loaded since start-up,
+    /// by content type. Held through a reload, so reloads run one at a time.
+    history: Mutex<HashMap<u32, (String, Delivery, bool)>>,
 }
 
 /// Every problem found while loading, one per line.
@@ -114,11 +116,24 @@ impl PluginRegistry {
                 by_name: BTreeMap::new(),
             }),
             compiled: Mutex::new(HashMap::new()),
-            reloading: Mutex::new(()),
+            history: Mutex::new(HashMap::new()),
         };
         let snapshot = registry.build(config)?;
+        remember(
+            &mut registry.history.lock().expect("reload lock"),
+            &snapshot,
+        );
+        registry.forget_compiled_except(&snapshot);
         registry.current.store(Arc::new(snapshot));
         Ok(registry)
+    }
+
+    /// Drops compiled components no loaded plugin uses (an updated plugin's old code).
+    fn forget_compiled_except(&self, snapshot: &Snapshot) {
+        self.compiled
+            .lock()
+            .expect("compile cache")
+            .retain(|sha, _| snapshot.by_name.values().any(|p| &p.sha256 == sha));
     }
 
     pub fn runtime(&self) -> &Runtime {
@@ -224,23 +239,24 @@ impl PluginRegistry {
     /// delivery class or counts-unread of a content type already loaded (stored history
     /// depends on both). On refusal the running set stays as it was.
     pub fn reload(&self, config: &Config) -> Result<Vec<PluginInfo>, LoadErrors> {
-        let _one_at_a_time = self.reloading.lock().expect("reload lock");
+        let mut history = self.history.lock().expect("reload lock");
         let next = self.build(config)?;
-        let current = self.snapshot();
+        // Compared with every content type loaded since start-up, not only the current
+        // set: removing a kind and adding it back changed must not slip through.
         let mut refusals = Vec::new();
         for (ct, new) in &next.by_type {
-            if let Some(old) = current.by_type.get(ct) {
-                let (o, n) = (&old.manifest, &new.manifest);
-                if o.delivery != n.delivery {
+            if let Some((_, delivery, counts_unread)) = history.get(ct) {
+                let n = &new.manifest;
+                if *delivery != n.delivery {
                     refusals.push(format!(
                         "reload refused: {} (content type {ct}) would change delivery from {} to {}; stored history depends on it",
-                        n.name, o.delivery, n.delivery
+                        n.name, delivery, n.delivery
                     ));
                 }
-                if o.counts_unread != n.counts_unread {
+                if *counts_unread != n.counts_unread {
                     refusals.push(format!(
                         "reload refused: {} (content type {ct}) would change counts-unread from {} to {}; unread totals depend on it",
-                        n.name, o.counts_unread, n.counts_unread
+                        n.name, counts_unread, n.counts_unread
                     ));
                 }
             }
@@ -248,9 +264,24 @@ impl PluginRegistry {
         if !refusals.is_empty() {
             return Err(LoadErrors(refusals));
         }
+        remember(&mut history, &next);
+        self.forget_compiled_except(&next);
         self.current.store(Arc::new(next));
         tracing::info!(plugins = self.snapshot().by_name.len(), "plugins reloaded");
         Ok(self.list())
+    }
+}
+
+fn remember(history: &mut HashMap<u32, (String, Delivery, bool)>, snapshot: &Snapshot) {
+    for (ct, p) in &snapshot.by_type {
+        history.insert(
+            *ct,
+            (
+                p.manifest.name.clone(),
+                p.manifest.delivery,
+                p.manifest.counts_unread,
+            ),
+        );
     }
 }
 

@@ -18,12 +18,9 @@ use super::runtime::CallFailure;
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stats {
-    /// Validate calls that failed (so `calls` = accepted + rejected + this; one counter
-    /// fewer to bump on the hot path).
-    pub validate_failed: AtomicU64,
     pub accepted: AtomicU64,
     pub rejected: AtomicU64,
-    /// Every failed call, validate or preview.
+    /// Validate calls that failed (trap, fuel, memory, busy, contract).
     pub failed: AtomicU64,
 }
 
@@ -103,7 +100,7 @@ impl LoadedPlugin {
         StatsSnapshot {
             calls: self.stats.accepted.load(Ordering::Relaxed)
                 + self.stats.rejected.load(Ordering::Relaxed)
-                + self.stats.validate_failed.load(Ordering::Relaxed),
+                + self.stats.failed.load(Ordering::Relaxed),
             accepted: self.stats.accepted.load(Ordering::Relaxed),
             rejected: self.stats.rejected.load(Ordering::Relaxed),
             failed: self.stats.failed.load(Ordering::Relaxed),

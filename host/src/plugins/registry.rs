@@ -193,7 +193,6 @@ impl PluginRegistry {
                 Err(ValidateError::Invalid { code, message })
             }
             Err(failure) => {
-                plugin.stats.validate_failed.fetch_add(1, Ordering::Relaxed);
                 plugin.record_failure(&failure);
                 Err(ValidateError::PluginFailed {
                     name: m.name.clone(),

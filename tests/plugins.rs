@@ -584,17 +584,7 @@ fn reload_swaps_plugins_and_refuses_to_change_delivery_or_unread_counting() {
 fn the_plugin_template_builds_and_passes_the_contract_suite() {
     let template = common::repo_root().join("plugin-sdk/template");
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-target");
-    let mut cmd = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy().into_owned();
-        if (key.starts_with("CARGO_") && key != "CARGO_HOME")
-            || key.starts_with("RUSTC")
-            || key == "RUSTFLAGS"
-        {
-            cmd.env_remove(key);
-        }
-    }
-    let status = cmd
+    let status = common::cargo()
         .args([
             "build",
             "--release",

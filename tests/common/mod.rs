@@ -21,31 +21,37 @@ fn target_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The cargo running these tests, for building guest crates for wasm32-wasip2: the outer
+/// build's CARGO_*/RUSTC*/RUSTFLAGS variables removed, registry and network settings kept.
+pub fn cargo() -> Command {
+    const KEEP: &[&str] = &[
+        "CARGO_HOME",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRIES_",
+        "CARGO_REGISTRY_",
+        "CARGO_TERM_",
+    ];
+    let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        let outer = (key.starts_with("CARGO_") && !KEEP.iter().any(|k| key.starts_with(k)))
+            || key.starts_with("RUSTC")
+            || key == "RUSTFLAGS";
+        if outer {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
 /// Builds `tests/fixtures/plugins` for wasm32-wasip2 (once) and returns the path of one
 /// fixture's component, e.g. `fixture("endless-loop")`.
 pub fn fixture(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let target = target_root().join("wasm-fixtures");
-        let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            let keep = [
-                "CARGO_HOME",
-                "CARGO_NET_",
-                "CARGO_HTTP_",
-                "CARGO_REGISTRIES_",
-                "CARGO_REGISTRY_",
-                "CARGO_TERM_",
-            ];
-            if (key.starts_with("CARGO_") && !keep.iter().any(|k| key.starts_with(k)))
-                || key.starts_with("RUSTC")
-                || key == "RUSTFLAGS"
-            {
-                cmd.env_remove(key);
-            }
-        }
-        let status = cmd
+        let status = cargo()
             .args([
                 "build",
                 "--release",

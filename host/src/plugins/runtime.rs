@@ -269,16 +269,11 @@ impl std::fmt::Display for MemoryCapExceeded {
 
 impl std::error::Error for MemoryCapExceeded {}
 
-impl ResourceLimiter for MemoryLimiter {
-    // `current` is the total of every memory and table of the instance: the cap is one
-    // budget for the plugin, not one per memory.
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let total = self.current - current.min(self.current) + desired;
+impl MemoryLimiter {
+    /// One memory or table goes from `old` to `new` bytes: allowed while the instance's
+    /// total stays under the cap.
+    fn grow(&mut self, old: usize, new: usize) -> wasmtime::Result<bool> {
+        let total = self.current - old.min(self.current) + new;
         if total > self.cap {
             return Err(wasmtime::Error::new(MemoryCapExceeded {
                 asked: total,
@@ -288,6 +283,19 @@ impl ResourceLimiter for MemoryLimiter {
         self.current = total;
         Ok(true)
     }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    // `current` is the total of every memory and table of the instance: the cap is one
+    // budget for the plugin, not one per memory.
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.grow(current, desired)
+    }
 
     fn table_growing(
         &mut self,
@@ -296,15 +304,7 @@ impl ResourceLimiter for MemoryLimiter {
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         const ELEMENT: usize = 8;
-        let total = self.current - (current * ELEMENT).min(self.current) + desired * ELEMENT;
-        if total > self.cap {
-            return Err(wasmtime::Error::new(MemoryCapExceeded {
-                asked: total,
-                cap: self.cap,
-            }));
-        }
-        self.current = total;
-        Ok(true)
+        self.grow(current * ELEMENT, desired * ELEMENT)
     }
 
     fn instances(&self) -> usize {

@@ -125,6 +125,12 @@ impl Probe {
 
     /// An example, as the registry would see it from the manifest's sender kind.
     pub fn validate_example(&mut self, conversation_type: u8, payload: &str) -> Outcome {
+        let ctx = self.context(conversation_type, "c-check");
+        self.validate_as(&ctx, payload.as_bytes())
+    }
+
+    /// The context the suite sends with: the manifest's sender kind, a fixed sender id.
+    fn context<'a>(&self, conversation_type: u8, conversation_id: &'a str) -> SendContext<'a> {
         let sender = self
             .manifest
             .as_ref()
@@ -135,13 +141,12 @@ impl Probe {
         } else {
             "u-check"
         };
-        let ctx = SendContext {
+        SendContext {
             sender_id,
             sender,
             conversation_type,
-            conversation_id: "c-check",
-        };
-        self.validate_as(&ctx, payload.as_bytes())
+            conversation_id,
+        }
     }
 
     /// Validates as the registry would: the host's prechecks, then the plugin.
@@ -167,22 +172,7 @@ impl Probe {
         payload: &str,
         conversation_id: &str,
     ) -> Outcome {
-        let sender = self
-            .manifest
-            .as_ref()
-            .map(|m| m.sender)
-            .unwrap_or(super::SenderKind::User);
-        let sender_id = if sender == super::SenderKind::System {
-            "system"
-        } else {
-            "u-check"
-        };
-        let ctx = SendContext {
-            sender_id,
-            sender,
-            conversation_type,
-            conversation_id,
-        };
+        let ctx = self.context(conversation_type, conversation_id);
         self.call_validate(fresh, &ctx, payload)
     }
 

@@ -766,10 +766,16 @@ fn the_host_checks_what_a_plugin_returns() {
         check(Ok(r#"{"a":1}"#.into())).unwrap(),
         Ok(r#"{"a":1}"#.into())
     );
+    // Over the limit after normalizing: the sender's payload is refused, not a failure.
     let too_big = check(Ok(format!(r#"{{"a":"{}"}}"#, "x".repeat(30))))
-        .unwrap_err()
-        .to_string();
-    assert!(too_big.contains("over its maximum of 20"), "{too_big}");
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(too_big.0, "normalized_too_large");
+    assert!(
+        too_big.1.contains("over the kind's maximum of 20"),
+        "{}",
+        too_big.1
+    );
     let not_json = check(Ok("{oops".into())).unwrap_err().to_string();
     assert!(not_json.contains("not JSON"), "{not_json}");
     let bad_code = check(Err(("Bad Code".into(), "m".into())))

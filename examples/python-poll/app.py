@@ -56,6 +56,17 @@ def normalize(payload: str) -> dict:
     return {"question": question, "options": clean, "multiple": multiple}
 
 
+def to_text(poll: dict) -> str:
+    """The normalized JSON text. A lone surrogate escape (`"\\ud800"`) parses into a str
+    that is not valid Unicode and could not be handed back to the host: rejected here."""
+    text = json.dumps(poll, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise reject("invalid_field", "text must be valid Unicode (a lone surrogate was found)")
+    return text
+
+
 class Kind(exports.Kind):
     def manifest(self) -> KindManifest:
         return KindManifest(
@@ -71,11 +82,13 @@ class Kind(exports.Kind):
         )
 
     def validate(self, ctx: Context, payload: str) -> str:
-        return json.dumps(normalize(payload), ensure_ascii=False, separators=(",", ":"))
+        return to_text(normalize(payload))
 
     def preview(self, payload: str) -> str:
         try:
-            return "[poll] " + normalize(payload)["question"]
+            poll = normalize(payload)
+            to_text(poll)
+            return "[poll] " + poll["question"]
         except Err:
             return ""
 

@@ -47,6 +47,7 @@ impl From<ValidateError> for ApiError {
     fn from(e: ValidateError) -> ApiError {
         let status = match &e {
             ValidateError::PluginFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ValidateError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ValidateError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ValidateError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::UNPROCESSABLE_ENTITY,

@@ -81,8 +81,11 @@ impl DiskCache {
         let result = (|| -> std::io::Result<()> {
             let bytes = component.serialize().map_err(std::io::Error::other)?;
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, &bytes)?;
-            std::fs::write(path.with_extension("sha256"), sha256_hex(&bytes))?;
+            write_private(&tmp, &bytes)?;
+            write_private(
+                &path.with_extension("sha256"),
+                sha256_hex(&bytes).as_bytes(),
+            )?;
             std::fs::rename(&tmp, &path)
         })();
         if let Err(e) = result {
@@ -136,4 +139,18 @@ fn private_file(path: &Path) -> Result<(), String> {
     }
     let _ = meta;
     Ok(())
+}
+
+/// Writes a file readable and writable by the server's user only (whatever the umask).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let _ = std::fs::remove_file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(bytes)
 }

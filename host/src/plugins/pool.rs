@@ -175,13 +175,19 @@ impl InstancePool {
             self.live.waiters.fetch_add(1, Ordering::AcqRel);
             self.live.count.fetch_sub(1, Ordering::AcqRel);
             let guard = self.live.lock.lock().expect("pool wait lock");
-            // Re-checked on wake-up or after a short while, whichever comes first.
-            let _ = self
-                .live
-                .returned
-                .wait_timeout(guard, Duration::from_millis(5));
+            // An instance dropped before we took the lock: no need to wait. Otherwise
+            // re-checked on wake-up or after a short while, whichever comes first.
+            if self.live.count.load(Ordering::Acquire) >= self.live.max {
+                let _ = self
+                    .live
+                    .returned
+                    .wait_timeout(guard, Duration::from_millis(5));
+            }
             self.live.waiters.fetch_sub(1, Ordering::AcqRel);
             if Instant::now() >= deadline {
+                if pooled && let Some(slot) = self.idle.pop() {
+                    return Ok(slot);
+                }
                 return Err(CallFailure::Busy {
                     max: self.live.max,
                     waited_ms: ACQUIRE_TIMEOUT.as_millis() as u64,

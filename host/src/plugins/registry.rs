@@ -51,6 +51,12 @@ pub enum ValidateError {
         content_type: u32,
         failure: CallFailure,
     },
+    #[error("plugin {name} (content type {content_type}) is busy: {failure}; try again")]
+    Busy {
+        name: String,
+        content_type: u32,
+        failure: CallFailure,
+    },
 }
 
 impl ValidateError {
@@ -63,6 +69,7 @@ impl ValidateError {
             ValidateError::TooLarge { .. } => "payload_too_large",
             ValidateError::Invalid { .. } => "payload_invalid",
             ValidateError::PluginFailed { .. } => "plugin_failed",
+            ValidateError::Busy { .. } => "plugin_busy",
         }
     }
 
@@ -192,6 +199,12 @@ impl PluginRegistry {
                 plugin.stats.rejected.fetch_add(1, Ordering::Relaxed);
                 Err(ValidateError::Invalid { code, message })
             }
+            // Every instance busy is load, not the plugin's fault: not counted.
+            Err(failure @ CallFailure::Busy { .. }) => Err(ValidateError::Busy {
+                name: m.name.clone(),
+                content_type,
+                failure,
+            }),
             Err(failure) => {
                 plugin.record_failure(&failure);
                 Err(ValidateError::PluginFailed {
@@ -284,20 +297,26 @@ fn remember(history: &mut HashMap<u32, (String, Delivery, bool)>, snapshot: &Sna
     }
 }
 
-/// What a plugin returns is checked too: a normalized payload must be JSON within the
-/// kind's size limit; a rejection code `[a-z0-9_]{1,64}`; its message is cut to 300
-/// characters. A breach is the plugin's failure, not the sender's.
+/// What a plugin returns is checked too: a normalized payload must be JSON (else the plugin
+/// failed) within the kind's size limit (else the payload is refused,
+/// `normalized_too_large`); a rejection code must be `[a-z0-9_]{1,64}` (else the plugin
+/// failed); a message is cut to one line of 300 characters.
 pub fn check_output(
     m: &Manifest,
     result: Result<String, (String, String)>,
 ) -> Result<Result<String, (String, String)>, CallFailure> {
     match result {
         Ok(normalized) => {
+            // Normalizing may add to a payload near the limit (a default filled in): the
+            // sender's payload is refused, the plugin has not failed.
             if normalized.len() > m.max_payload_bytes as usize {
-                return Err(CallFailure::Contract(format!(
-                    "returned a normalized payload of {} bytes, over its maximum of {}",
-                    normalized.len(),
-                    m.max_payload_bytes
+                return Ok(Err((
+                    "normalized_too_large".into(),
+                    format!(
+                        "the normalized payload is {} bytes, over the kind's maximum of {}",
+                        normalized.len(),
+                        m.max_payload_bytes
+                    ),
                 )));
             }
             if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&normalized) {

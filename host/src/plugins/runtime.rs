@@ -76,6 +76,9 @@ impl Runtime {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.consume_fuel(true);
+        // Plugins are wasm32: no 64-bit memories or tables, whose sizes could overflow the
+        // limiter's arithmetic.
+        config.wasm_memory64(false);
         // Plugins are small and called often: spend compile time for faster calls.
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
         let engine = Engine::new(&config)?;
@@ -165,6 +168,7 @@ impl HostState {
             limiter: MemoryLimiter {
                 cap: limits.memory_bytes,
                 current: 0,
+                pending: None,
             },
             log_lines: 0,
         }
@@ -249,6 +253,8 @@ impl log::Host for HostState {
 struct MemoryLimiter {
     cap: usize,
     current: usize,
+    /// The last approved growth, as (old, new), undone if the growth then fails.
+    pending: Option<(usize, usize)>,
 }
 
 #[derive(Debug)]
@@ -273,15 +279,25 @@ impl MemoryLimiter {
     /// One memory or table goes from `old` to `new` bytes: allowed while the instance's
     /// total stays under the cap.
     fn grow(&mut self, old: usize, new: usize) -> wasmtime::Result<bool> {
-        let total = self.current - old.min(self.current) + new;
-        if total > self.cap {
-            return Err(wasmtime::Error::new(MemoryCapExceeded {
-                asked: total,
+        let total = self.current.saturating_sub(old).checked_add(new);
+        match total {
+            Some(total) if total <= self.cap => {
+                self.current = total;
+                self.pending = Some((old, new));
+                Ok(true)
+            }
+            _ => Err(wasmtime::Error::new(MemoryCapExceeded {
+                asked: total.unwrap_or(usize::MAX),
                 cap: self.cap,
-            }));
+            })),
         }
-        self.current = total;
-        Ok(true)
+    }
+
+    /// The approved growth did not happen (over a declared maximum, or the OS said no).
+    fn undo(&mut self) {
+        if let Some((old, new)) = self.pending.take() {
+            self.current = self.current.saturating_sub(new).saturating_add(old);
+        }
     }
 }
 
@@ -304,7 +320,20 @@ impl ResourceLimiter for MemoryLimiter {
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         const ELEMENT: usize = 8;
-        self.grow(current * ELEMENT, desired * ELEMENT)
+        self.grow(
+            current.saturating_mul(ELEMENT),
+            desired.saturating_mul(ELEMENT),
+        )
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.undo();
+        Ok(())
+    }
+
+    fn table_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.undo();
+        Ok(())
     }
 
     fn instances(&self) -> usize {

@@ -102,8 +102,17 @@ pub fn mutate(rng: &mut fastrand::Rng, base: &str, max: usize) -> String {
             5 => return replace_value(rng, base, "-1".into()),
             6 => return replace_value(rng, base, "18446744073709551615".into()),
             7 => {
-                let odd =
-                    ["null", "true", "[]", "{}", "\"\"", "1.5", "\"\\u0000\""][rng.usize(..7)];
+                let odd = [
+                    "null",
+                    "true",
+                    "[]",
+                    "{}",
+                    "\"\"",
+                    "1.5",
+                    "\"\\u0000\"",
+                    // A lone surrogate: valid JSON, not valid Unicode.
+                    "\"\\ud800\"",
+                ][rng.usize(..8)];
                 return replace_value(rng, base, odd.into());
             }
             _ => {
@@ -117,15 +126,23 @@ pub fn mutate(rng: &mut fastrand::Rng, base: &str, max: usize) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// Replaces one top-level value of a JSON object with `value` (structure-aware mutation).
+/// Replaces one top-level value of a JSON object with `value`, JSON text (structure-aware
+/// mutation).
 fn replace_value(rng: &mut fastrand::Rng, base: &str, value: String) -> String {
     match serde_json::from_str::<serde_json::Value>(base) {
         Ok(serde_json::Value::Object(mut map)) if !map.is_empty() => {
             let keys: Vec<String> = map.keys().cloned().collect();
             let key = &keys[rng.usize(..keys.len())];
-            let v = serde_json::from_str(&value).unwrap_or(serde_json::Value::Null);
-            map.insert(key.clone(), v);
-            serde_json::Value::Object(map).to_string()
+            // Spliced in as raw text, so values serde_json would not build (a lone
+            // surrogate escape) reach the plugin as written.
+            const MARK: &str = "\u{1}courier-fuzz-value\u{1}";
+            map.insert(key.clone(), serde_json::Value::String(MARK.into()));
+            let marked = serde_json::Value::Object(map).to_string();
+            marked.replacen(
+                &serde_json::Value::String(MARK.into()).to_string(),
+                &value,
+                1,
+            )
         }
         _ => value,
     }

@@ -584,24 +584,8 @@ fn reload_swaps_plugins_and_refuses_to_change_delivery_or_unread_counting() {
 fn the_plugin_template_builds_and_passes_the_contract_suite() {
     let template = common::repo_root().join("plugin-sdk/template");
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("template-target");
-    let status = common::cargo()
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-        ])
-        .arg(template.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report = check_file(
-        &target.join("wasm32-wasip2/release/courier_kind_sticker.wasm"),
-        &quick(),
-    );
+    let built = common::build_wasm(&template.join("Cargo.toml"), &target);
+    let report = check_file(&built.join("courier_kind_sticker.wasm"), &quick());
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.manifest.unwrap().content_type, 1100);
 }

@@ -200,16 +200,12 @@ fn main() {
             .0
             .unwrap();
         let validate_us = examples.iter().find(|e| e.accepted).map(|e| {
-            let ctx = courier::plugins::bindings::WitContext {
-                sender_id: "alice".into(),
+            let ctx = SendContext {
                 conversation_type: e.conversation_type,
-                conversation_id: "c1".into(),
+                ..CTX
             };
             time_calls(calls / 4, time / 4, || {
-                warm.call(|s, b| b.courier_plugin_kind().call_validate(s, &ctx, &e.payload))
-                    .0
-                    .unwrap()
-                    .unwrap();
+                warm.validate(&ctx, &e.payload).0.unwrap().unwrap();
             })
             .1
         });

@@ -23,7 +23,7 @@ fn target_root() -> PathBuf {
 
 /// The cargo running these tests, for building guest crates for wasm32-wasip2: the outer
 /// build's CARGO_*/RUSTC*/RUSTFLAGS variables removed, registry and network settings kept.
-pub fn cargo() -> Command {
+fn cargo() -> Command {
     const KEEP: &[&str] = &[
         "CARGO_HOME",
         "CARGO_NET_",
@@ -45,27 +45,36 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// Builds a guest workspace or crate for wasm32-wasip2 (release) into `target`; returns the
+/// folder holding its `.wasm` files.
+pub fn build_wasm(manifest: &Path, target: &Path) -> PathBuf {
+    let status = cargo()
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(manifest)
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .expect("run cargo for a guest crate");
+    assert!(status.success(), "building {} failed", manifest.display());
+    target.join("wasm32-wasip2/release")
+}
+
 /// Builds `tests/fixtures/plugins` for wasm32-wasip2 (once) and returns the path of one
 /// fixture's component, e.g. `fixture("endless-loop")`.
 pub fn fixture(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let target = target_root().join("wasm-fixtures");
-        let status = cargo()
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "--target",
-                "wasm32-wasip2",
-                "--manifest-path",
-            ])
-            .arg(repo_root().join("tests/fixtures/plugins/Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target)
-            .status()
-            .expect("run cargo for the fixture plugins");
-        assert!(status.success(), "building the fixture plugins failed");
-        target.join("wasm32-wasip2/release")
+        build_wasm(
+            &repo_root().join("tests/fixtures/plugins/Cargo.toml"),
+            &target,
+        )
     });
     let path = dir.join(format!("fixture_{}.wasm", name.replace('-', "_")));
     assert!(path.is_file(), "no fixture {}", path.display());

@@ -179,28 +179,28 @@ impl PluginRegistry {
         pin: Option<&str>,
         fuel: Option<u64>,
     ) -> Result<(Manifest, Arc<LoadedPlugin>), LoadError> {
-        let sha = loader::sha256_hex(bytes);
-        let mut cached = self
+        let sha = loader::check_bytes(bytes, pin).map_err(|f| LoadError::new(source, f))?;
+        // Compiled once: in memory for this process, on disk across starts (if configured).
+        let disk = rc.cache_dir.as_deref().and_then(DiskCache::open);
+        let memory = self
             .compiled
             .lock()
             .expect("compile cache")
             .get(&sha)
             .cloned();
-        let disk = rc.cache_dir.as_deref().and_then(DiskCache::open);
-        let pin_ok = pin.is_none_or(|p| p.eq_ignore_ascii_case(&sha));
-        if cached.is_none()
-            && pin_ok
-            && loader::check_is_component(bytes).is_ok()
-            && let Some(disk) = &disk
-        {
-            cached = disk.load(&self.runtime, &sha);
-        }
-        let was_cached = cached.is_some();
-        let (component, sha) = loader::compile(&self.runtime, bytes, pin, cached)
-            .map_err(|f| LoadError::new(source, f))?;
-        if !was_cached && let Some(disk) = &disk {
-            disk.store(&self.runtime, &sha, &component);
-        }
+        let component = match memory.or_else(|| disk.as_ref()?.load(&self.runtime, &sha)) {
+            Some(component) => component,
+            None => {
+                let component = self
+                    .runtime
+                    .compile(bytes)
+                    .map_err(|e| LoadError::new(source, LoadFailure::Compile(format!("{e:#}"))))?;
+                if let Some(disk) = &disk {
+                    disk.store(&self.runtime, &sha, &component);
+                }
+                component
+            }
+        };
         self.compiled
             .lock()
             .expect("compile cache")

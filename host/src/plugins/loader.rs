@@ -245,14 +245,9 @@ pub fn check_component(
     })
 }
 
-/// Reads, checks the pin, checks the header and compiles. `compiled` short-cuts the
-/// compile for bytes already compiled (same hash) on this engine.
-pub fn compile(
-    runtime: &Runtime,
-    bytes: &[u8],
-    pin: Option<&str>,
-    compiled: Option<Component>,
-) -> Result<(Component, String), LoadFailure> {
+/// The checks made on a file's bytes before anything compiles them: the sha256 pin, then
+/// the component header. Returns the file's sha256 (hex).
+pub fn check_bytes(bytes: &[u8], pin: Option<&str>) -> Result<String, LoadFailure> {
     let sha = sha256_hex(bytes);
     if let Some(pin) = pin
         && !pin.eq_ignore_ascii_case(&sha)
@@ -263,11 +258,5 @@ pub fn compile(
         });
     }
     check_is_component(bytes)?;
-    if let Some(c) = compiled {
-        return Ok((c, sha));
-    }
-    let component = runtime
-        .compile(bytes)
-        .map_err(|e| LoadFailure::Compile(format!("{e:#}")))?;
-    Ok((component, sha))
+    Ok(sha)
 }

@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::bindings::WitContext;
 use super::loader::Source;
 use super::manifest::Manifest;
 use super::pool::InstancePool;
 use super::registry::SendContext;
-use super::runtime::CallFailure;
+use super::runtime::{CallFailure, ValidateOutcome};
 
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -135,22 +134,7 @@ impl LoadedPlugin {
     }
 
     /// Validates under the budget; no registry lookups, no enabled check.
-    pub fn call_validate(
-        &self,
-        ctx: &SendContext<'_>,
-        payload: &str,
-    ) -> Result<Result<String, (String, String)>, CallFailure> {
-        let wit_ctx = WitContext {
-            sender_id: ctx.sender_id.to_string(),
-            conversation_type: ctx.conversation_type,
-            conversation_id: ctx.conversation_id.to_string(),
-        };
-        self.pool
-            .call(|store, b| {
-                b.courier_plugin_kind()
-                    .call_validate(store, &wit_ctx, payload)
-            })
-            .0
-            .map(|r| r.map_err(|rej| (rej.code, rej.message)))
+    pub fn call_validate(&self, ctx: &SendContext<'_>, payload: &str) -> ValidateOutcome {
+        self.pool.validate(ctx, payload).0
     }
 }

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, Store};
 
-use super::bindings::{Plugin as Bindings, PluginPre};
-use super::runtime::{CallCost, CallFailure, HostState, Limits, Runtime, classify};
+use super::bindings::{Plugin as Bindings, PluginPre, WitContext};
+use super::registry::SendContext;
+use super::runtime::{
+    CallCost, CallFailure, HostState, Limits, Runtime, ValidateOutcome, classify,
+};
 use crate::config::Isolation;
 
 /// One live instance and its store. Counted in the pool's `Live` while it exists.
@@ -275,6 +278,21 @@ impl InstancePool {
                 (Err(classify(e, self.limits, &tail)), cost)
             }
         }
+    }
+
+    /// `validate` under the budget: the normalized payload, or the rejection as
+    /// `(code, message)`, or the failure.
+    pub fn validate(&self, ctx: &SendContext<'_>, payload: &str) -> (ValidateOutcome, CallCost) {
+        let wit = WitContext {
+            sender_id: ctx.sender_id.into(),
+            conversation_type: ctx.conversation_type,
+            conversation_id: ctx.conversation_id.into(),
+        };
+        let (r, cost) = self.call(|s, b| b.courier_plugin_kind().call_validate(s, &wit, payload));
+        (
+            r.map(|res| res.map_err(|rej| (rej.code, rej.message))),
+            cost,
+        )
     }
 
     /// Drops every idle instance (after a failure streak or on unload).

@@ -11,7 +11,7 @@ use wasmtime::component::Component;
 
 use super::manifest::{Delivery, Manifest, SenderKind};
 pub use super::plugin::{LoadedPlugin, PluginInfo, Stats, StatsSnapshot};
-use super::runtime::{CallFailure, Runtime};
+use super::runtime::{CallFailure, Runtime, ValidateOutcome};
 use crate::config::Config;
 
 /// Who is sending, and where: what `validate` needs besides the payload.
@@ -191,7 +191,7 @@ impl PluginRegistry {
             Ok(Ok(normalized)) => {
                 plugin.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 Ok(Validated {
-                    plugin: plugin.clone(),
+                    plugin,
                     payload: normalized,
                 })
             }
@@ -301,10 +301,7 @@ fn remember(history: &mut HashMap<u32, (String, Delivery, bool)>, snapshot: &Sna
 /// failed) within the kind's size limit (else the payload is refused,
 /// `normalized_too_large`); a rejection code must be `[a-z0-9_]{1,64}` (else the plugin
 /// failed); a message is cut to one line of 300 characters.
-pub fn check_output(
-    m: &Manifest,
-    result: Result<String, (String, String)>,
-) -> Result<Result<String, (String, String)>, CallFailure> {
+pub fn check_output(m: &Manifest, result: Result<String, (String, String)>) -> ValidateOutcome {
     match result {
         Ok(normalized) => {
             // Normalizing may add to a payload near the limit (a default filled in): the

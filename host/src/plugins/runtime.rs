@@ -57,6 +57,10 @@ pub enum CallFailure {
     Contract(String),
 }
 
+/// What a validate call came to: the normalized payload, or the plugin's rejection as
+/// `(code, message)`; or the call failed.
+pub type ValidateOutcome = Result<Result<String, (String, String)>, CallFailure>;
+
 /// What a call cost.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CallCost {

@@ -5,7 +5,7 @@
 use super::super::manifest::Manifest;
 use super::super::registry::{SendContext, ValidateError, precheck};
 use super::probe::{Outcome, Probe};
-use super::{CheckOptions, Report, Status, cases, inputs, push_result, user_or_system};
+use super::{CheckOptions, Report, Status, cases, inputs, push_result};
 
 pub(super) fn run_behaviour_checks(
     r: &mut Report,
@@ -173,7 +173,7 @@ pub(super) fn run_behaviour_checks(
     }
     let ctx = SendContext {
         sender_id: "u-check",
-        sender: user_or_system(m),
+        sender: m.sender,
         conversation_type: ct,
         conversation_id: "c-check",
     };

@@ -345,7 +345,3 @@ pub(super) fn push_result(r: &mut Report, name: &'static str, bad: Vec<String>, 
         r.push(name, Status::Fail, bad.join("\n"));
     }
 }
-
-pub(super) fn user_or_system(m: &Manifest) -> SenderKind {
-    m.sender
-}

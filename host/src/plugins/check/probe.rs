@@ -1,6 +1,6 @@
 //! Calls into the plugin under check, recording what each call cost and every failure.
 
-use super::super::bindings::{WitContext, WitExample};
+use super::super::bindings::WitExample;
 use super::super::manifest::Manifest;
 use super::super::pool::InstancePool;
 use super::super::registry::{SendContext, check_output, precheck};
@@ -177,15 +177,9 @@ impl Probe {
     }
 
     fn call_validate(&mut self, fresh: bool, ctx: &SendContext<'_>, payload: &str) -> Outcome {
-        let wit = WitContext {
-            sender_id: ctx.sender_id.into(),
-            conversation_type: ctx.conversation_type,
-            conversation_id: ctx.conversation_id.into(),
-        };
         let pool = if fresh { &self.fresh } else { &self.pooled };
-        let (r, cost) = pool.call(|s, b| b.courier_plugin_kind().call_validate(s, &wit, payload));
+        let (r, cost) = pool.validate(ctx, payload);
         // The host's checks of what a plugin returns apply here as in the registry.
-        let r = r.map(|res| res.map_err(|rej| (rej.code, rej.message)));
         let r = match &self.manifest {
             Some(m) => r.and_then(|res| check_output(m, res)),
             None => r,

@@ -22,13 +22,34 @@ use tower::ServiceExt;
 
 const TOKEN: &str = "admin-token-for-tests-0123456789";
 
-fn state_from_file(toml: &str) -> AppState {
+async fn state_from_file(toml: &str) -> AppState {
     let dir = scratch("admin");
     let path = dir.join("courier.toml");
+    let toml = format!("{toml}\n{}", storage_section(&dir));
     std::fs::write(&path, toml).unwrap();
     let config = Config::load(Some(&path)).unwrap();
     let registry = Arc::new(PluginRegistry::load(&config).unwrap());
-    AppState::new(registry, config, Some(path))
+    let core = courier::server::start_core(&config, registry)
+        .await
+        .unwrap();
+    AppState::new(core, config, Some(path))
+}
+
+/// A SQLite database in the test's own folder, and a fixed token key.
+fn storage_section(dir: &std::path::Path) -> String {
+    format!(
+        "[storage]\nurl = \"sqlite://{}\"\n[auth]\njwt_secret = \"{JWT}\"\n",
+        dir.join("courier.db").display()
+    )
+}
+
+const JWT: &str = "a-key-for-the-admin-tests-0123456789";
+
+/// A user's token, signed with the tests' key.
+fn user_token() -> String {
+    courier::auth::Tokens::new(JWT.as_bytes(), 600)
+        .issue("tester")
+        .0
 }
 
 async fn call(
@@ -91,10 +112,20 @@ fn names(list: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn health_and_the_plugin_list() {
-    let s = state_from_file("");
+    let s = state_from_file("").await;
     let (status, body) = call(&s, "GET", "/healthz", None, None).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
-    let (status, body) = call(&s, "GET", "/v1/plugins", None, None).await;
+    expect_error(
+        &s,
+        "GET",
+        "/v1/plugins",
+        None,
+        None,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let (status, body) = call(&s, "GET", "/v1/plugins", Some(&user_token()), None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(names(&body).len(), 10);
     let text = body["plugins"]
@@ -131,7 +162,7 @@ async fn health_and_the_plugin_list() {
         "method_not_allowed",
     )
     .await;
-    let (_, body) = call(&s, "GET", "/v1/plugins", None, None).await;
+    let (_, body) = call(&s, "GET", "/v1/plugins", Some(&user_token()), None).await;
     let typing = body["plugins"]
         .as_array()
         .unwrap()
@@ -149,7 +180,7 @@ async fn health_and_the_plugin_list() {
 
 #[tokio::test]
 async fn admin_needs_a_configured_token_and_the_right_one() {
-    let off = state_from_file("");
+    let off = state_from_file("").await;
     expect_error(
         &off,
         "POST",
@@ -160,7 +191,7 @@ async fn admin_needs_a_configured_token_and_the_right_one() {
         "admin_disabled",
     )
     .await;
-    let on = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
+    let on = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n")).await;
     expect_error(
         &on,
         "POST",
@@ -205,7 +236,7 @@ async fn admin_needs_a_configured_token_and_the_right_one() {
 
 #[tokio::test]
 async fn disable_then_enable_through_the_admin_endpoint() {
-    let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
+    let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n")).await;
     let send = json!({"contentType": 1, "conversationType": 1, "payload": {"text": "  hi "}});
     let (status, body) = call(
         &s,
@@ -238,7 +269,7 @@ async fn disable_then_enable_through_the_admin_endpoint() {
             Some("content_type_disabled")
         )
     );
-    let (_, list) = call(&s, "GET", "/v1/plugins", None, None).await;
+    let (_, list) = call(&s, "GET", "/v1/plugins", Some(&user_token()), None).await;
     let text = list["plugins"]
         .as_array()
         .unwrap()
@@ -296,7 +327,7 @@ async fn disable_then_enable_through_the_admin_endpoint() {
 
 #[tokio::test]
 async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_breaking_changes() {
-    let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n"));
+    let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n")).await;
     let path = s.config_path.clone().unwrap();
     std::fs::write(
         &path,
@@ -334,7 +365,7 @@ async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_
             .unwrap()
             .contains("would change delivery from persistent to live")
     );
-    let (_, list) = call(&s, "GET", "/v1/plugins", None, None).await;
+    let (_, list) = call(&s, "GET", "/v1/plugins", Some(&user_token()), None).await;
     assert!(
         names(&list).contains(&"stateful".to_string()),
         "the running set stays after a refused reload"
@@ -377,7 +408,12 @@ fn start(config: &std::path::Path) -> Server {
 
 /// One HTTP/1.1 request on an existing keep-alive connection.
 fn get(conn: &mut TcpStream, path: &str) -> Value {
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: courier\r\n\r\n").unwrap();
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: courier\r\nAuthorization: Bearer {}\r\n\r\n",
+        user_token()
+    )
+    .unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     let mut length = 0;
     loop {
@@ -410,7 +446,12 @@ fn enabled(list: &Value, name: &str) -> bool {
 fn sighup_reloads_without_dropping_a_connection() {
     let dir = scratch("sighup");
     let config = dir.join("courier.toml");
-    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let storage = storage_section(&dir);
+    std::fs::write(
+        &config,
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n{storage}"),
+    )
+    .unwrap();
     let server = start(&config);
     let mut conn = TcpStream::connect(&server.addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
@@ -419,7 +460,7 @@ fn sighup_reloads_without_dropping_a_connection() {
 
     std::fs::write(
         &config,
-        "[server]\nlisten = \"127.0.0.1:0\"\n[plugins.typing]\nenabled = false\n",
+        format!("[server]\nlisten = \"127.0.0.1:0\"\n{storage}[plugins.typing]\nenabled = false\n"),
     )
     .unwrap();
     let status = Command::new("kill")

@@ -2,6 +2,10 @@
 //! See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod api;
+pub mod auth;
 pub mod config;
+pub mod gateway;
+pub mod messaging;
 pub mod plugins;
 pub mod server;
+pub mod store;

@@ -6,8 +6,39 @@ use std::sync::Arc;
 use anyhow::Context as _;
 
 use crate::api::{AppState, app};
+use crate::auth::{Tokens, random_bytes};
 use crate::config::Config;
+use crate::messaging::{Core, Settings};
 use crate::plugins::PluginRegistry;
+use crate::store::Store;
+
+/// Opens the database and starts the messaging core.
+pub async fn start_core(
+    config: &Config,
+    registry: Arc<PluginRegistry>,
+) -> anyhow::Result<Arc<Core>> {
+    let store = Store::open(&config.storage).await?;
+    let key = match &config.auth.jwt_secret {
+        Some(k) => k.clone(),
+        None => {
+            store
+                .secret_or_insert("jwt_hs256", &hex::encode(random_bytes::<32>()))
+                .await?
+        }
+    };
+    let tokens = Tokens::new(key.as_bytes(), config.auth.token_ttl_secs);
+    let settings = Settings {
+        recall_window_ms: (config.messaging.recall_window_secs as i64).saturating_mul(1000),
+        batch_max: config.storage.batch_max,
+        max_frame_bytes: config.gateway.max_frame_bytes,
+        heartbeat_secs: config.gateway.heartbeat_secs,
+        send_rate_per_sec: config.gateway.send_rate_per_sec,
+        send_burst: config.gateway.send_burst,
+        outbox_frames: config.gateway.outbox_frames,
+        registration: config.auth.registration,
+    };
+    Ok(Core::start(store, registry, tokens, settings))
+}
 
 pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config_path.as_deref())?;
@@ -29,20 +60,32 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         started.elapsed().as_millis()
     );
 
+    let core = start_core(&config, registry.clone())
+        .await
+        .context("refusing to start, the database did not open")?;
+    tracing::info!(
+        storage = ?core.store.dialect(),
+        "database ready"
+    );
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
-    let state = AppState::new(registry, config, config_path);
+    let state = AppState::new(core.clone(), config, config_path);
     // Registered before the listening line, so a SIGHUP right after start-up reloads
     // instead of killing the process.
     tokio::spawn(reload_on_sighup(state.clone(), sighup()));
     tracing::info!("courier listening on http://{addr}");
     // A line for scripts and tests that start the server on port 0.
     println!("listening on {addr}");
+    let hub = core.hub.clone();
     axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown())
+        .with_graceful_shutdown(async move {
+            shutdown().await;
+            hub.close_all();
+        })
         .await?;
+    core.store.close().await;
     Ok(())
 }
 
@@ -85,7 +128,24 @@ async fn reload_on_sighup(state: AppState, hup: Hangup) {
 #[cfg(not(unix))]
 async fn reload_on_sighup(_state: AppState, _hup: Hangup) {}
 
+/// Ctrl-C or SIGTERM.
 async fn shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
     tracing::info!("shutting down");
 }

@@ -107,3 +107,4 @@ pub fn scratch(label: &str) -> PathBuf {
 pub fn toml_path(p: &Path) -> String {
     format!("{:?}", p.display().to_string())
 }
+pub mod server;

@@ -6,8 +6,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::plugins::ValidateError;
+use crate::store::batch::{BatchError, Refused};
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
@@ -41,6 +42,39 @@ impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
+
+    /// A frame-level error on the WebSocket (no HTTP status applies).
+    pub fn frame(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn token(e: &crate::auth::TokenError) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", e.to_string())
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// The database (or the server) cannot take the request now; safe to retry.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            message,
+        )
+    }
+
+    /// A database error: logged in full, answered as `store_unavailable`.
+    pub fn store(e: sqlx::Error) -> ApiError {
+        tracing::error!("database: {e}");
+        ApiError::unavailable("the database did not answer; retry")
+    }
+
+    pub fn batch(e: BatchError) -> ApiError {
+        tracing::error!("database: {e}");
+        ApiError::unavailable("the database did not accept the write; retry")
+    }
 }
 
 impl From<ValidateError> for ApiError {
@@ -58,6 +92,21 @@ impl From<ValidateError> for ApiError {
             message: e.to_string(),
             reason: e.reason().map(str::to_string),
         }
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(r: Refused) -> ApiError {
+        let status = match &r {
+            Refused::NotAMember(_) | Refused::RecallNotOwn(_) => StatusCode::FORBIDDEN,
+            Refused::UserNotFound(_) | Refused::MessageNotFound(_) => StatusCode::NOT_FOUND,
+            Refused::SelfConversation => StatusCode::BAD_REQUEST,
+            Refused::ConversationTypeMismatch { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Refused::RecallWindowExpired(_)
+            | Refused::AlreadyRecalled(_)
+            | Refused::NotRecallable(_) => StatusCode::CONFLICT,
+        };
+        ApiError::new(status, r.code(), r.to_string())
     }
 }
 

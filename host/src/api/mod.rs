@@ -1,6 +1,9 @@
-//! HTTP: health, the plugin list, and the admin endpoints (enable, disable, reload,
+//! HTTP: health, accounts, the WebSocket upgrade, sync (overview, pull, read positions),
+//! the HTTP send, the plugin list, and the admin endpoints (enable, disable, reload,
 //! dry-run validate). `app(state)` builds the router so tests can call it without a socket.
 
+mod accounts;
+mod conversations;
 mod error;
 
 use std::path::PathBuf;
@@ -16,12 +19,14 @@ use serde_json::{Value, json};
 pub use error::ApiError;
 
 use crate::config::Config;
+use crate::messaging::Core;
 use crate::plugins::{PluginRegistry, SendContext, SenderKind};
 
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
     pub registry: Arc<PluginRegistry>,
+    pub core: Arc<Core>,
     /// The config in force (replaced on a successful reload).
     pub config: Arc<Mutex<Config>>,
     /// The file a reload re-reads; `None`: embedded defaults (and environment).
@@ -31,13 +36,10 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(
-        registry: Arc<PluginRegistry>,
-        config: Config,
-        config_path: Option<PathBuf>,
-    ) -> AppState {
+    pub fn new(core: Arc<Core>, config: Config, config_path: Option<PathBuf>) -> AppState {
         AppState {
-            registry,
+            registry: core.registry.clone(),
+            core,
             config: Arc::new(Mutex::new(config)),
             config_path,
             reloading: Arc::new(Mutex::new(())),
@@ -67,6 +69,18 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/v1/auth/register", post(accounts::register))
+        .route("/v1/auth/login", post(accounts::login))
+        .route("/v1/ws", get(crate::gateway::upgrade))
+        .route("/v1/messages", post(conversations::send))
+        .route("/v1/conversations", get(conversations::overview))
+        .route("/v1/conversations/{id}", get(conversations::one))
+        .route("/v1/conversations/{id}/messages", get(conversations::pull))
+        .route("/v1/conversations/{id}/read", post(conversations::read))
+        .route(
+            "/v1/conversations/{id}/read-positions",
+            get(conversations::read_positions),
+        )
         .route("/v1/plugins", get(list_plugins))
         .route("/admin/plugins", get(admin_list))
         .route("/admin/plugins/{name}/enable", post(enable))
@@ -94,8 +108,60 @@ async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-async fn list_plugins(State(s): State<AppState>) -> Json<Value> {
+async fn list_plugins(_user: User, State(s): State<AppState>) -> Json<Value> {
     Json(json!({ "plugins": s.registry.list() }))
+}
+
+/// The token of an `Authorization: Bearer` header.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The user a request's bearer token speaks for.
+pub struct User(pub String);
+
+impl axum::extract::FromRequestParts<AppState> for User {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        s: &AppState,
+    ) -> Result<User, ApiError> {
+        let token = bearer(&parts.headers).ok_or_else(ApiError::unauthorized)?;
+        let user = s
+            .core
+            .tokens
+            .verify(token)
+            .map_err(|e| ApiError::token(&e))?;
+        s.core.ensure_user(&user).await?;
+        Ok(User(user))
+    }
+}
+
+/// A JSON body, with a bad one answered in the error envelope.
+pub struct Body<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, s: &AppState) -> Result<Body<T>, ApiError> {
+        let limit = s.core.settings.max_frame_bytes;
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    format!("the request body is over {limit} bytes"),
+                )
+            })?;
+        serde_json::from_slice(&bytes)
+            .map(Body)
+            .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
+    }
 }
 
 fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -106,11 +172,7 @@ fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
             "the admin endpoints are off: set server.admin_token in the config",
         ));
     };
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
+    match bearer(headers) {
         Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
         _ => Err(ApiError::unauthorized()),
     }

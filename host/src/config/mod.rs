@@ -23,6 +23,10 @@ pub enum ConfigError {
 pub struct Config {
     pub server: ServerConfig,
     pub runtime: RuntimeConfig,
+    pub storage: StorageConfig,
+    pub auth: AuthConfig,
+    pub gateway: GatewayConfig,
+    pub messaging: MessagingConfig,
     /// `[plugins.<name>]`: per-plugin switches, paths and pins, keyed by manifest name.
     pub plugins: BTreeMap<String, PluginEntry>,
 }
@@ -34,6 +38,104 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Bearer token for `/admin/*`. Without it the admin endpoints answer `admin_disabled`.
     pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSync {
+    /// fsync at every commit: an ack survives a power loss.
+    Full,
+    /// fsync at checkpoints only: an ack survives a crash of the server process, not a
+    /// power loss.
+    Normal,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// `sqlite://path/to/file.db` (created if missing) or `postgres://user@host/db`.
+    pub url: String,
+    /// SQLite's `synchronous` mode: what an acknowledgement promises.
+    pub sqlite_synchronous: SqliteSync,
+    /// Connections the server opens for reads (pulls, overviews).
+    pub max_connections: u32,
+    /// Most sends committed together in one transaction.
+    pub batch_max: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// HS256 key for the tokens, shared with the deployer's backend if it signs its own
+    /// (`sub` = user id). Unset: the server makes one and keeps it in the database.
+    pub jwt_secret: Option<String>,
+    /// Lifetime of the tokens `/v1/auth/login` and `/v1/auth/register` issue.
+    pub token_ttl_secs: u64,
+    /// `POST /v1/auth/register` is open. Off: accounts come from the deployer's tokens.
+    pub registration: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Largest WebSocket frame (and HTTP send body) accepted, in bytes.
+    pub max_frame_bytes: usize,
+    /// A device that sends nothing for this long is dropped.
+    pub heartbeat_secs: u64,
+    /// Sends a connection may make per second, on average…
+    pub send_rate_per_sec: u32,
+    /// …and in a burst.
+    pub send_burst: u32,
+    /// Frames that may wait for a slow consumer before it is disconnected.
+    pub outbox_frames: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MessagingConfig {
+    /// How long after sending a message its sender may recall it.
+    pub recall_window_secs: u64,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://data/courier.db".into(),
+            sqlite_synchronous: SqliteSync::Full,
+            max_connections: 8,
+            batch_max: 512,
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            jwt_secret: None,
+            token_ttl_secs: 7 * 24 * 3600,
+            registration: true,
+        }
+    }
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: 1024 * 1024 + 64 * 1024,
+            heartbeat_secs: 90,
+            send_rate_per_sec: 100,
+            send_burst: 200,
+            outbox_frames: 1024,
+        }
+    }
+}
+
+impl Default for MessagingConfig {
+    fn default() -> Self {
+        Self {
+            recall_window_secs: 120,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -185,6 +287,37 @@ impl Config {
         {
             return Err(ConfigError::Check(
                 "server.admin_token must be at least 16 characters".into(),
+            ));
+        }
+        if !(self.storage.url.starts_with("sqlite:")
+            || self.storage.url.starts_with("postgres:")
+            || self.storage.url.starts_with("postgresql:"))
+        {
+            return Err(ConfigError::Check(
+                "storage.url must start with sqlite: or postgres:".into(),
+            ));
+        }
+        if self.storage.max_connections == 0 || !(1..=4096).contains(&self.storage.batch_max) {
+            return Err(ConfigError::Check(
+                "storage.max_connections must be positive and storage.batch_max 1..=4096".into(),
+            ));
+        }
+        if let Some(secret) = &self.auth.jwt_secret
+            && secret.len() < 32
+        {
+            return Err(ConfigError::Check(
+                "auth.jwt_secret must be at least 32 characters".into(),
+            ));
+        }
+        let g = &self.gateway;
+        if g.max_frame_bytes < 1024
+            || g.heartbeat_secs == 0
+            || g.send_rate_per_sec == 0
+            || g.send_burst == 0
+            || g.outbox_frames < 16
+        {
+            return Err(ConfigError::Check(
+                "gateway: max_frame_bytes >= 1024, outbox_frames >= 16, and heartbeat_secs, send_rate_per_sec, send_burst positive".into(),
             ));
         }
         for (name, entry) in &self.plugins {

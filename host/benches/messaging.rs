@@ -1,0 +1,540 @@
+//! Messaging benchmark: the `courier` binary as a separate process on loopback, this
+//! program as the load generator, on the same machine. Prints, per database:
+//! persistent 1:1 throughput (acked msgs/s) with 1, 16 and 256 concurrent senders;
+//! send→push latency p50/p99 at a fixed rate; the time to pull 1,000 missed messages;
+//! live (typing) throughput; server memory per idle connection at 10,000 connections.
+//!
+//! Run: `cargo bench -p courier --bench messaging`. PostgreSQL too when `PG_TEST_URL`
+//! names a database the bench may create others from. `BENCH_SECS` (default 5) sets the
+//! length of each timed phase; `BENCH_ONLY=sqlite|postgres` picks one database.
+//! Every loop is bounded by a count and by time.
+
+use std::collections::HashMap;
+use std::io::BufRead as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const SECRET: &str = "bench-secret-bench-secret-bench-secret-01";
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(dir: &std::path::Path, url: &str, extra: &str) -> Server {
+        let config = dir.join("courier.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\n[storage]\nurl = \"{url}\"\n\
+                 [auth]\njwt_secret = \"{SECRET}\"\n[runtime]\ncache_dir = \"{}\"\n\
+                 [gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n{extra}",
+                dir.join("cache").display()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("COURIER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .to_string();
+        Server { child, addr }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn token(user: &str) -> String {
+    courier::auth::Tokens::new(SECRET.as_bytes(), 3600)
+        .issue(user)
+        .0
+}
+
+async fn http(addr: &str, method: &str, path: &str, user: &str, body: &str) -> (u16, Value) {
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        token(user),
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+async fn connect(addr: &str, user: &str, device: &str) -> Ws {
+    let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={}", token(user));
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let _hello = ws.next().await;
+    ws
+}
+
+fn frame(cmid: &str, to: &Value, content_type: u32, payload: Value) -> Message {
+    let mut f = json!({"type": "send", "id": cmid, "clientMsgId": cmid, "conversationType": 1,
+        "contentType": content_type, "payload": payload});
+    f.as_object_mut()
+        .unwrap()
+        .extend(to.as_object().unwrap().clone());
+    Message::Text(f.to_string().into())
+}
+
+/// Opens the private conversation of `a` and `b` (one message) and returns its id.
+async fn open(addr: &str, a: &str, b: &str) -> i64 {
+    let (st, ack) = http(
+        addr,
+        "POST",
+        "/v1/messages",
+        a,
+        &json!({"clientMsgId": format!("open-{a}-{b}"), "conversationType": 1, "peerId": b,
+            "contentType": 1, "payload": {"text": "open"}})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(st, 200, "{ack}");
+    ack["conversationId"].as_i64().unwrap()
+}
+
+/// `senders` connections, each its own 1:1 conversation, each keeping `window` sends in
+/// flight for `secs`. Acked messages per second.
+async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: f64) -> f64 {
+    let mut convs = Vec::new();
+    for i in 0..senders {
+        let a = format!("{tag}s{i}");
+        let b = format!("{tag}r{i}");
+        // Users are known once a token of theirs was used.
+        http(addr, "GET", "/v1/conversations", &b, "").await;
+        convs.push((a.clone(), open(addr, &a, &b).await));
+    }
+    let acked = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, (user, cid)) in convs.into_iter().enumerate() {
+        let addr = addr.to_string();
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ws = connect(&addr, &user, "d").await;
+            let to = json!({"conversationId": cid});
+            let mut sent = 0u64;
+            let mut got = 0u64;
+            while Instant::now() < deadline && sent < 10_000_000 {
+                while sent - got < window as u64 {
+                    let cmid = format!("t{i}-{sent}");
+                    ws.feed(frame(&cmid, &to, 1, json!({"text": "hello, this is a benchmark message of about a hundred bytes"})))
+                        .await
+                        .unwrap();
+                    sent += 1;
+                }
+                ws.flush().await.unwrap();
+                match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                    Ok(Some(Ok(Message::Text(t)))) if t.as_str().starts_with(r#"{"type":"ack""#) => {
+                        got += 1;
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    _ => break,
+                }
+            }
+            // Drain what is in flight, so the next phase starts on a quiet server.
+            let drain_until = Instant::now() + Duration::from_secs(10);
+            while got < sent && Instant::now() < drain_until {
+                match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                    Ok(Some(Ok(Message::Text(_)))) => got += 1,
+                    _ => break,
+                }
+            }
+        }));
+    }
+    let mut at_deadline = 0;
+    tokio::time::sleep_until(deadline.into()).await;
+    at_deadline += acked.load(Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    at_deadline as f64 / elapsed
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// `rate` msgs/s spread over 50 senders for `secs`; receivers online. Latency from the
+/// send frame leaving to the receiver's notify, in ms: (p50, p99, samples).
+async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usize) {
+    const PAIRS: usize = 50;
+    let epoch = Instant::now();
+    let mut convs = Vec::new();
+    for i in 0..PAIRS {
+        let a = format!("{tag}ls{i}");
+        let b = format!("{tag}lr{i}");
+        http(addr, "GET", "/v1/conversations", &b, "").await;
+        convs.push((a.clone(), b, open(addr, &a, &b).await));
+    }
+    let per_sender = rate as f64 / PAIRS as f64;
+    let total_each = (per_sender * secs) as u64;
+    let mut receivers = Vec::new();
+    let mut senders = Vec::new();
+    for (i, (a, b, cid)) in convs.into_iter().enumerate() {
+        let mut rx = connect(addr, &b, "r").await;
+        receivers.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(total_each as usize);
+            let until = Instant::now() + Duration::from_secs_f64(secs + 15.0);
+            while (lat.len() as u64) < total_each && Instant::now() < until {
+                match tokio::time::timeout(Duration::from_secs(10), rx.next()).await {
+                    Ok(Some(Ok(Message::Text(t)))) => {
+                        let now = epoch.elapsed().as_secs_f64() * 1000.0;
+                        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                        if v["type"] == "notify"
+                            && let Some(sent) = v["payload"]["text"]
+                                .as_str()
+                                .and_then(|s| s.parse::<f64>().ok())
+                        {
+                            lat.push(now - sent);
+                        }
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    _ => break,
+                }
+            }
+            lat
+        }));
+        let addr = addr.to_string();
+        senders.push(tokio::spawn(async move {
+            let ws = connect(&addr, &a, "s").await;
+            let (mut sink, mut stream) = ws.split();
+            // Acks are read and dropped.
+            let reader =
+                tokio::spawn(async move { while let Some(Ok(_)) = stream.next().await {} });
+            let to = json!({"conversationId": cid});
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_sender));
+            // Spread the senders' phases.
+            tokio::time::sleep(Duration::from_secs_f64(
+                i as f64 / PAIRS as f64 / per_sender,
+            ))
+            .await;
+            for n in 0..total_each {
+                tick.tick().await;
+                let sent = format!("{:.3}", epoch.elapsed().as_secs_f64() * 1000.0);
+                sink.send(frame(&format!("l{i}-{n}"), &to, 1, json!({"text": sent})))
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            reader.abort();
+        }));
+    }
+    for s in senders {
+        s.await.unwrap();
+    }
+    let mut all = Vec::new();
+    for r in receivers {
+        all.extend(r.await.unwrap());
+    }
+    all.sort_by(f64::total_cmp);
+    (percentile(&all, 0.5), percentile(&all, 0.99), all.len())
+}
+
+/// Time to pull 1,000 messages a device missed (two pages of 500), median of 20 rounds, ms.
+async fn pull_missed(addr: &str, tag: &str) -> f64 {
+    let a = format!("{tag}pa");
+    let b = format!("{tag}pb");
+    http(addr, "GET", "/v1/conversations", &b, "").await;
+    let cid = open(addr, &a, &b).await;
+    let mut ws = connect(addr, &a, "d").await;
+    let to = json!({"conversationId": cid});
+    for n in 0..1000 {
+        ws.feed(frame(
+            &format!("p{n}"),
+            &to,
+            1,
+            json!({"text": format!("missed message number {n}")}),
+        ))
+        .await
+        .unwrap();
+    }
+    ws.flush().await.unwrap();
+    let mut acks = 0;
+    while acks < 1000 {
+        if let Some(Ok(Message::Text(_))) = ws.next().await {
+            acks += 1;
+        }
+    }
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let mut after = 1;
+        let mut got = 0;
+        for _ in 0..4 {
+            let (_, page) = http(
+                addr,
+                "GET",
+                &format!("/v1/conversations/{cid}/messages?afterSeq={after}&limit=500"),
+                &b,
+                "",
+            )
+            .await;
+            let msgs = page["messages"].as_array().unwrap();
+            got += msgs.len();
+            after = msgs.last().map_or(after, |m| m["seq"].as_i64().unwrap());
+            if !page["hasMore"].as_bool().unwrap() {
+                break;
+            }
+        }
+        assert_eq!(got, 1000);
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    percentile(&times, 0.5)
+}
+
+/// Typing (a `latest` kind) from 16 senders to online peers, window 64: acked per second
+/// and notifies the peers received.
+async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
+    const PAIRS: usize = 16;
+    let received = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for i in 0..PAIRS {
+        let a = format!("{tag}ta{i}");
+        let b = format!("{tag}tb{i}");
+        http(addr, "GET", "/v1/conversations", &b, "").await;
+        let cid = open(addr, &a, &b).await;
+        let mut rx = connect(addr, &b, "r").await;
+        let received = received.clone();
+        tasks.push(tokio::spawn(async move {
+            let until = deadline + Duration::from_secs(3);
+            while Instant::now() < until {
+                match tokio::time::timeout_at(until.into(), rx.next()).await {
+                    Ok(Some(Ok(Message::Text(_)))) => {
+                        received.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => break,
+                }
+            }
+        }));
+        let addr = addr.to_string();
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ws = connect(&addr, &a, "s").await;
+            let to = json!({"conversationId": cid});
+            let (mut sent, mut got) = (0u64, 0u64);
+            while Instant::now() < deadline && sent < 50_000_000 {
+                while sent - got < 64 {
+                    ws.feed(frame(
+                        &format!("ty{sent}"),
+                        &to,
+                        5,
+                        json!({"state": "typing"}),
+                    ))
+                    .await
+                    .unwrap();
+                    sent += 1;
+                }
+                ws.flush().await.unwrap();
+                match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                    Ok(Some(Ok(Message::Text(_)))) => {
+                        got += 1;
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => break,
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep_until(deadline.into()).await;
+    let n = acked.load(Ordering::Relaxed);
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (rate, received.load(Ordering::Relaxed))
+}
+
+/// Server RSS growth per idle WebSocket connection, over `n` connections (100 users).
+async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = server.rss_kib();
+    let mut conns = Vec::with_capacity(n);
+    let started = Instant::now();
+    for i in 0..n {
+        if started.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        let user = format!("{tag}m{}", i % 100);
+        conns.push(connect(&server.addr, &user, &format!("d{i}")).await);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = server.rss_kib();
+    let per = (after.saturating_sub(before)) as f64 * 1024.0 / conns.len() as f64;
+    drop(conns);
+    (per, before, after)
+}
+
+async fn run(db: &str, url: &str, dir: PathBuf, secs: f64) -> HashMap<&'static str, String> {
+    let mut out = HashMap::new();
+    let server = Server::start(&dir, url, "");
+    eprintln!("[{db}] server on {}", server.addr);
+    for (senders, key) in [(1, "tp1"), (16, "tp16"), (256, "tp256")] {
+        let r = throughput(&server.addr, &format!("{key}x"), senders, 64, secs).await;
+        eprintln!("[{db}] throughput, {senders} senders: {r:.0} msgs/s");
+        out.insert(key, format!("{r:.0}"));
+    }
+    let (p50, p99, n) = latency(&server.addr, "lat", 5000, secs).await;
+    eprintln!("[{db}] latency at 5000 msgs/s: p50 {p50:.2} ms, p99 {p99:.2} ms ({n} samples)");
+    out.insert("lat", format!("{p50:.2} / {p99:.2} ms ({n} samples)"));
+    let pull = pull_missed(&server.addr, "pull").await;
+    eprintln!("[{db}] pull 1000 missed: {pull:.2} ms");
+    out.insert("pull", format!("{pull:.2} ms"));
+    let (rate, recv) = live(&server.addr, "live", secs).await;
+    eprintln!("[{db}] typing: {rate:.0} acked/s, {recv} pushes received");
+    out.insert(
+        "live",
+        format!("{rate:.0} acked/s ({recv} pushes received, coalesced)"),
+    );
+    drop(server);
+    // A fresh server for the memory figure.
+    let server = Server::start(&dir, url, "");
+    let (per, before, after) = idle_memory(&server, "mem", 10_000).await;
+    eprintln!("[{db}] idle connections: {per:.0} B each (RSS {before} KiB → {after} KiB)");
+    out.insert(
+        "mem",
+        format!("{:.2} KiB (RSS {before} → {after} KiB)", per / 1024.0),
+    );
+    out
+}
+
+fn main() {
+    let secs: f64 = std::env::var("BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let base = std::env::temp_dir().join(format!("courier-bench-{}", std::process::id()));
+    let mut results = Vec::new();
+    if only.is_empty() || only == "sqlite" {
+        let dir = base.join("sqlite");
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("bench.db").display());
+        results.push(("SQLite", rt.block_on(run("sqlite", &url, dir, secs))));
+    }
+    match std::env::var("PG_TEST_URL") {
+        Ok(admin) if only.is_empty() || only == "postgres" => {
+            let db = format!("courier_bench_{}", std::process::id());
+            rt.block_on(async {
+                use sqlx::Connection as _;
+                let mut c = sqlx::PgConnection::connect(&admin).await.unwrap();
+                sqlx::raw_sql(&format!("CREATE DATABASE {db}"))
+                    .execute(&mut c)
+                    .await
+                    .unwrap();
+            });
+            let url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
+            let dir = base.join("postgres");
+            std::fs::create_dir_all(&dir).unwrap();
+            results.push(("PostgreSQL", rt.block_on(run("postgres", &url, dir, secs))));
+            rt.block_on(async {
+                use sqlx::Connection as _;
+                let mut c = sqlx::PgConnection::connect(&admin).await.unwrap();
+                let _ = sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+                    .execute(&mut c)
+                    .await;
+            });
+        }
+        Ok(_) => {}
+        Err(_) => eprintln!("PostgreSQL skipped: PG_TEST_URL is not set"),
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    println!(
+        "\n| figure | {} |",
+        results
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---|{}", "---|".repeat(results.len()));
+    for (key, label) in [
+        (
+            "tp1",
+            "persistent 1:1, 1 sender (64 in flight), acked msgs/s",
+        ),
+        ("tp16", "persistent 1:1, 16 senders, acked msgs/s"),
+        ("tp256", "persistent 1:1, 256 senders, acked msgs/s"),
+        ("lat", "send → push latency at 5,000 msgs/s, p50 / p99"),
+        ("pull", "pull 1,000 missed messages (2 pages), median"),
+        ("live", "typing (latest), 16 senders"),
+        (
+            "mem",
+            "server memory per idle connection, 10,000 connections",
+        ),
+    ] {
+        println!(
+            "| {label} | {} |",
+            results
+                .iter()
+                .map(|(_, r)| r.get(key).cloned().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+}

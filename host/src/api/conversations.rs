@@ -1,0 +1,264 @@
+//! Sync over HTTP: the conversation overview, pulls by seq, read positions, and the HTTP
+//! send (same semantics as the WebSocket `send`).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState, Body, User};
+use crate::gateway::frames::{SendFrame, raw};
+use crate::messaging::{Answer, Prepared, SendAnswer};
+use crate::store::batch::Op;
+use crate::store::sync::{Direction, MessageRow, OverviewRow};
+
+type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
+
+fn conversation_id(path: IdPath) -> Result<i64, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|_| ApiError::bad_request("the conversation id must be an integer"))
+}
+
+/// A stored message as pulls return it: the `notify` envelope without `type`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    conversation_type: u8,
+    conversation_id: i64,
+    seq: i64,
+    msg_id: String,
+    sender_id: String,
+    content_type: u32,
+    /// `null` once recalled.
+    payload: Option<Box<RawValue>>,
+    server_time: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recalled_by: Option<i64>,
+}
+
+impl From<MessageRow> for MessageView {
+    fn from(m: MessageRow) -> MessageView {
+        MessageView {
+            conversation_type: m.conversation_type,
+            conversation_id: m.conversation_id,
+            seq: m.seq,
+            msg_id: m.msg_id.to_string(),
+            sender_id: m.sender_id,
+            content_type: m.content_type,
+            payload: m.payload.as_deref().map(raw),
+            server_time: m.server_time,
+            recalled_by: (m.recalled_by != 0).then_some(m.recalled_by),
+        }
+    }
+}
+
+pub async fn send(
+    State(s): State<AppState>,
+    User(user): User,
+    Body(req): Body<SendFrame>,
+) -> Result<Json<SendAnswer>, ApiError> {
+    let core = s.core.clone();
+    let prepared = tokio::task::spawn_blocking({
+        let core = core.clone();
+        let user = user.clone();
+        move || core.prepare(&user, req)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    match prepared {
+        Prepared::Stored(m) => match core.submit_and_wait(Op::Send(m)).await? {
+            Answer::Sent(ack) => Ok(Json(SendAnswer::Stored(ack))),
+            Answer::Read(_) => Err(ApiError::internal("a send was answered as a read")),
+        },
+        Prepared::Live(live) => Ok(Json(SendAnswer::Live(
+            core.deliver_live(&user, live, 0).await?,
+        ))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullQuery {
+    after_seq: Option<i64>,
+    before_seq: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// Largest page of a pull.
+pub const PULL_MAX: i64 = 500;
+
+pub async fn pull(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    query: Result<Query<PullQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = conversation_id(path)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let (direction, default) = match (q.after_seq, q.before_seq) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give afterSeq or beforeSeq, not both",
+            ));
+        }
+        (None, Some(b)) => (Direction::Before(b), 50),
+        (a, None) => (Direction::After(a.unwrap_or(0).max(0)), 100),
+    };
+    let limit = q.limit.unwrap_or(default);
+    if limit < 1 {
+        return Err(ApiError::bad_request("limit must be at least 1"));
+    }
+    let limit = limit.min(PULL_MAX);
+    let store = &s.core.store;
+    let m = store
+        .membership(&user, id)
+        .await
+        .map_err(ApiError::store)??;
+    let after = matches!(direction, Direction::After(_));
+    let rows = store
+        .pull(id, &m, direction, limit)
+        .await
+        .map_err(ApiError::store)?;
+    let has_more = match (after, rows.first(), rows.last()) {
+        (true, _, Some(last)) => rows.len() as i64 == limit && last.seq < m.visible_end(),
+        (false, Some(first), _) => rows.len() as i64 == limit && first.seq > m.joined_after_seq + 1,
+        _ => false,
+    };
+    let messages: Vec<MessageView> = rows.into_iter().map(MessageView::from).collect();
+    Ok(Json(json!({
+        "conversationId": id,
+        "conversationType": m.conversation_type,
+        "lastSeq": m.visible_end(),
+        "messages": messages,
+        "hasMore": has_more,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OverviewQuery {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+fn overview_view(s: &AppState, r: OverviewRow) -> Value {
+    let last = r.last_message.map(|m| {
+        let preview = match &m.payload {
+            Some(p) => s.registry.preview(m.content_type, p),
+            None => "[recalled]".to_string(),
+        };
+        let mut v = serde_json::to_value(MessageView::from(m)).unwrap_or(Value::Null);
+        v["preview"] = preview.into();
+        v
+    });
+    json!({
+        "conversationId": r.conversation_id,
+        "conversationType": r.conversation_type,
+        "peerId": r.peer_id,
+        "lastSeq": r.last_seq,
+        "readSeq": r.read_seq,
+        "unread": r.unread,
+        "lastTime": r.last_time,
+        "member": r.member,
+        "lastMessage": last,
+    })
+}
+
+pub async fn overview(
+    State(s): State<AppState>,
+    User(user): User,
+    query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be 1 to 200"));
+    }
+    let cursor = match q.cursor.as_deref() {
+        None | Some("") => None,
+        Some(c) => Some(
+            c.split_once('.')
+                .and_then(|(t, id)| Some((t.parse().ok()?, id.parse().ok()?)))
+                .ok_or_else(|| ApiError::bad_request("cursor is not one this server gave"))?,
+        ),
+    };
+    let rows = s
+        .core
+        .store
+        .overview(&user, cursor, None, limit)
+        .await
+        .map_err(ApiError::store)?;
+    let next = (rows.len() as i64 == limit)
+        .then(|| {
+            rows.last()
+                .map(|r| format!("{}.{}", r.last_time, r.conversation_id))
+        })
+        .flatten();
+    let list: Vec<Value> = rows.into_iter().map(|r| overview_view(&s, r)).collect();
+    Ok(Json(json!({ "conversations": list, "nextCursor": next })))
+}
+
+pub async fn one(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = conversation_id(path)?;
+    let row = s
+        .core
+        .store
+        .overview(&user, None, Some(id), 1)
+        .await
+        .map_err(ApiError::store)?
+        .pop()
+        .ok_or(crate::store::batch::Refused::NotAMember(id))?;
+    Ok(Json(overview_view(&s, row)))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadBody {
+    seq: i64,
+}
+
+pub async fn read(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<ReadBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = conversation_id(path)?;
+    let op = Op::Read {
+        user_id: user,
+        conversation_id: id,
+        seq: b.seq,
+    };
+    match s.core.submit_and_wait(op).await? {
+        Answer::Read(ack) => Ok(Json(serde_json::to_value(ack).unwrap_or(Value::Null))),
+        Answer::Sent(_) => Err(ApiError::internal("a read was answered as a send")),
+    }
+}
+
+pub async fn read_positions(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = conversation_id(path)?;
+    let store = &s.core.store;
+    store
+        .membership(&user, id)
+        .await
+        .map_err(ApiError::store)??;
+    let positions: Vec<Value> = store
+        .read_positions(id, &user)
+        .await
+        .map_err(ApiError::store)?
+        .into_iter()
+        .map(|(u, seq)| json!({ "userId": u, "readSeq": seq }))
+        .collect();
+    Ok(Json(
+        json!({ "conversationId": id, "positions": positions }),
+    ))
+}

@@ -1,0 +1,279 @@
+//! The JSON frames of the protocol (docs/protocol.md), built once per push and shared by
+//! every connection it goes to.
+
+use axum::extract::ws::Utf8Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::api::ApiError;
+use crate::store::batch::Stored;
+
+/// A stored payload as raw JSON (it was checked to be JSON when stored).
+pub fn raw(payload: &str) -> Box<RawValue> {
+    RawValue::from_string(payload.to_string()).unwrap_or_else(|_| {
+        RawValue::from_string(serde_json::to_string(payload).expect("string")).expect("json string")
+    })
+}
+
+fn encode(v: &impl Serialize) -> Utf8Bytes {
+    Utf8Bytes::from(serde_json::to_string(v).expect("frames serialize"))
+}
+
+/// The one envelope of a pushed message. Stored messages carry seq, msgId and serverTime;
+/// live ones do not.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Notify<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    conversation_type: u8,
+    conversation_id: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msg_id: Option<String>,
+    sender_id: &'a str,
+    content_type: u32,
+    payload: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_time: Option<i64>,
+}
+
+pub fn notify_stored(m: &Stored) -> Utf8Bytes {
+    let payload = raw(&m.payload);
+    encode(&Notify {
+        kind: "notify",
+        conversation_type: m.conversation_type,
+        conversation_id: m.conversation_id,
+        seq: Some(m.seq),
+        msg_id: Some(m.msg_id.to_string()),
+        sender_id: &m.sender_id,
+        content_type: m.content_type,
+        payload: &payload,
+        server_time: Some(m.server_time),
+    })
+}
+
+pub fn notify_live(
+    conversation_type: u8,
+    conversation_id: i64,
+    sender_id: &str,
+    content_type: u32,
+    payload: &RawValue,
+) -> Utf8Bytes {
+    encode(&Notify {
+        kind: "notify",
+        conversation_type,
+        conversation_id,
+        seq: None,
+        msg_id: None,
+        sender_id,
+        content_type,
+        payload,
+        server_time: None,
+    })
+}
+
+/// The answer to a stored send: over WebSocket inside an `ack` frame, over HTTP the body.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct SendAck {
+    pub msg_id: String,
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub seq: i64,
+    pub server_time: i64,
+    pub duplicate: bool,
+}
+
+impl SendAck {
+    pub fn of(m: &Stored, duplicate: bool) -> SendAck {
+        SendAck {
+            msg_id: m.msg_id.to_string(),
+            conversation_id: m.conversation_id,
+            conversation_type: m.conversation_type,
+            seq: m.seq,
+            server_time: m.server_time,
+            duplicate,
+        }
+    }
+}
+
+/// The answer to a live send: nothing stored, pushed to `delivered` online devices.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveAck {
+    pub live: bool,
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub delivered: u32,
+}
+
+/// The answer to a read.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadAck {
+    pub conversation_id: i64,
+    pub read_seq: i64,
+    pub moved: bool,
+    pub unread: i64,
+}
+
+#[derive(Serialize)]
+struct Ack<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+pub fn ack<T: Serialize>(id: Option<&str>, body: &T) -> Utf8Bytes {
+    encode(&Ack {
+        kind: "ack",
+        id,
+        body,
+    })
+}
+
+pub fn error(id: Option<&str>, e: &ApiError) -> Utf8Bytes {
+    #[derive(Serialize)]
+    struct Error<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        code: &'a str,
+        message: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+    }
+    encode(&Error {
+        kind: "error",
+        id,
+        code: e.code,
+        message: &e.message,
+        reason: e.reason.as_deref(),
+    })
+}
+
+/// A read position moved: to the reader's other devices (with their unread count) and,
+/// in a private conversation, to the peer (a read receipt, without it).
+pub fn read(conversation_id: i64, user_id: &str, read_seq: i64, unread: Option<i64>) -> Utf8Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Read<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        conversation_id: i64,
+        user_id: &'a str,
+        read_seq: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        unread: Option<i64>,
+    }
+    encode(&Read {
+        kind: "read",
+        conversation_id,
+        user_id,
+        read_seq,
+        unread,
+    })
+}
+
+pub fn pong(id: Option<&str>, server_time: i64) -> Utf8Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Pong<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a str>,
+        server_time: i64,
+    }
+    encode(&Pong {
+        kind: "pong",
+        id,
+        server_time,
+    })
+}
+
+pub fn hello(
+    user_id: &str,
+    device_id: &str,
+    session: u64,
+    heartbeat_secs: u64,
+    max_frame: usize,
+) -> Utf8Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Hello<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        user_id: &'a str,
+        device_id: &'a str,
+        session_id: String,
+        heartbeat_secs: u64,
+        max_frame_bytes: usize,
+    }
+    encode(&Hello {
+        kind: "hello",
+        user_id,
+        device_id,
+        session_id: format!("{session:016x}"),
+        heartbeat_secs,
+        max_frame_bytes: max_frame,
+    })
+}
+
+pub fn kicked(reason: &str, message: &str) -> Utf8Bytes {
+    #[derive(Serialize)]
+    struct Kicked<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        reason: &'a str,
+        message: &'a str,
+    }
+    encode(&Kicked {
+        kind: "kicked",
+        reason,
+        message,
+    })
+}
+
+/// The fields every client frame may carry; the rest is read per type.
+#[derive(Deserialize)]
+pub struct Peek {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub id: Option<serde_json::Value>,
+}
+
+/// `send`, over WebSocket (with `type` and `id`) and as the HTTP send body.
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendFrame {
+    #[serde(default, rename = "type")]
+    pub _kind: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    pub client_msg_id: String,
+    pub conversation_type: u8,
+    #[serde(default)]
+    pub conversation_id: Option<i64>,
+    #[serde(default)]
+    pub peer_id: Option<String>,
+    pub content_type: u32,
+    pub payload: Box<RawValue>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadFrame {
+    #[serde(default, rename = "type")]
+    pub _kind: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    pub conversation_id: i64,
+    pub seq: i64,
+}

@@ -1,0 +1,196 @@
+//! Who is online: every connected device of every user, on this node. A connection is
+//! (user, device, session); a second connection of the same device replaces the first,
+//! and every removal compares session ids, so a late close or kick never removes the
+//! newer connection.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::Utf8Bytes;
+
+use super::outbox::{Close, LatestKey, Outbox, Queued};
+use crate::plugins::Delivery;
+
+pub struct Device {
+    pub user_id: String,
+    pub device_id: String,
+    pub session: u64,
+    pub outbox: Outbox,
+    /// Requests read from this connection and not answered yet.
+    pub in_flight: AtomicUsize,
+}
+
+impl Device {
+    pub fn new(user_id: String, device_id: String, outbox_frames: usize) -> Device {
+        Device {
+            user_id,
+            device_id,
+            session: Hub::new_session(),
+            outbox: Outbox::new(outbox_frames),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether the connection may read another request: its unanswered requests and
+    /// queued frames stay under half its outbox, so its own answers can never overflow it.
+    /// A client that pipelines more simply waits (TCP backpressure).
+    pub fn may_read(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) + self.outbox.queued() < self.outbox.limit() / 2
+    }
+
+    /// Queues the answer to a request.
+    pub fn answer(&self, frame: Utf8Bytes) {
+        self.outbox.reply(frame);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+const SHARDS: usize = 32;
+
+type Shard = Mutex<HashMap<String, Vec<Arc<Device>>>>;
+
+pub struct Hub {
+    shards: Box<[Shard]>,
+    hasher: std::collections::hash_map::RandomState,
+    online: AtomicU64,
+    /// Pushes not queued (dropped or overflowed), for the metrics.
+    pub undelivered: AtomicU64,
+}
+
+/// What a push reached.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    pub queued: u32,
+    pub dropped: u32,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub::new()
+    }
+}
+
+impl Hub {
+    pub fn new() -> Hub {
+        Hub {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            online: AtomicU64::new(0),
+            undelivered: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, user: &str) -> &Shard {
+        &self.shards[self.hasher.hash_one(user) as usize % SHARDS]
+    }
+
+    /// A fresh session id (random, so ids from different nodes never collide in practice).
+    pub fn new_session() -> u64 {
+        fastrand::u64(1..)
+    }
+
+    /// Registers a connection; the one it replaces (same user and device) is told to close.
+    pub fn register(&self, device: Arc<Device>) {
+        let old = {
+            let mut shard = self.shard(&device.user_id).lock().expect("hub lock");
+            let list = shard.entry(device.user_id.clone()).or_default();
+            let old = list
+                .iter()
+                .position(|d| d.device_id == device.device_id)
+                .map(|i| list.swap_remove(i));
+            list.push(device);
+            old
+        };
+        match old {
+            Some(old) => old.outbox.close(Close::Replaced),
+            None => {
+                self.online.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Removes a connection if it is still the device's current one.
+    pub fn unregister(&self, user_id: &str, device_id: &str, session: u64) -> bool {
+        let mut shard = self.shard(user_id).lock().expect("hub lock");
+        let Some(list) = shard.get_mut(user_id) else {
+            return false;
+        };
+        let Some(i) = list
+            .iter()
+            .position(|d| d.device_id == device_id && d.session == session)
+        else {
+            return false;
+        };
+        list.swap_remove(i);
+        if list.is_empty() {
+            shard.remove(user_id);
+        }
+        self.online.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Closes the device's connection only if `session` is still the current one.
+    pub fn kick(&self, user_id: &str, device_id: &str, session: u64, why: Close) -> bool {
+        let shard = self.shard(user_id).lock().expect("hub lock");
+        let Some(d) = shard.get(user_id).and_then(|l| {
+            l.iter()
+                .find(|d| d.device_id == device_id && d.session == session)
+        }) else {
+            return false;
+        };
+        d.outbox.close(why);
+        true
+    }
+
+    /// Queues `frame` for every online device of `users`, except the session `except`.
+    pub fn push(
+        &self,
+        users: &[String],
+        frame: &Utf8Bytes,
+        class: Delivery,
+        key: Option<LatestKey>,
+        except: u64,
+    ) -> Reach {
+        let mut reach = Reach::default();
+        for user in users {
+            let shard = self.shard(user).lock().expect("hub lock");
+            let Some(list) = shard.get(user) else {
+                continue;
+            };
+            for d in list.iter().filter(|d| d.session != except) {
+                match d.outbox.push(frame.clone(), class, key) {
+                    Queued::Yes | Queued::Coalesced => reach.queued += 1,
+                    Queued::Dropped | Queued::Overflow | Queued::Closed => reach.dropped += 1,
+                }
+            }
+        }
+        if reach.dropped > 0 {
+            self.undelivered
+                .fetch_add(u64::from(reach.dropped), Ordering::Relaxed);
+        }
+        reach
+    }
+
+    /// Connected devices on this node.
+    pub fn online_devices(&self) -> u64 {
+        self.online.load(Ordering::Relaxed)
+    }
+
+    /// Asks every connection to close (shutdown).
+    pub fn close_all(&self) {
+        for shard in self.shards.iter() {
+            for d in shard.lock().expect("hub lock").values().flatten() {
+                d.outbox.close(Close::Shutdown);
+            }
+        }
+    }
+}
+
+/// A stable 64-bit key for a user id (for coalescing keys).
+pub fn user_key(user_id: &str) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    user_id.hash(&mut h);
+    h.finish()
+}

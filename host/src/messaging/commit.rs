@@ -1,0 +1,180 @@
+//! The committer: takes every send and read queued since its last commit, runs them in
+//! one transaction, then answers each (ack or error) and pushes what was stored — in that
+//! order, and never before the commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::Settings;
+use crate::api::ApiError;
+use crate::gateway::frames::{self, ReadAck, SendAck};
+use crate::gateway::hub::{Device, Hub};
+use crate::plugins::Delivery;
+use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome};
+use crate::store::{Store, now_ms};
+
+/// A stored send's or a read's answer, for the HTTP endpoints.
+#[derive(Debug)]
+pub enum Answer {
+    Sent(SendAck),
+    Read(ReadAck),
+}
+
+/// Where the answer goes.
+pub enum Reply {
+    Ws {
+        device: Arc<Device>,
+        id: Option<String>,
+    },
+    Http(oneshot::Sender<Result<Answer, ApiError>>),
+}
+
+impl Reply {
+    pub fn error(self, e: &ApiError) {
+        match self {
+            Reply::Ws { device, id } => {
+                device.answer(frames::error(id.as_deref(), e));
+            }
+            Reply::Http(tx) => {
+                let _ = tx.send(Err(e.clone()));
+            }
+        }
+    }
+
+    fn answer(self, a: Answer) {
+        match self {
+            Reply::Ws { device, id } => {
+                let frame = match &a {
+                    Answer::Sent(ack) => frames::ack(id.as_deref(), ack),
+                    Answer::Read(ack) => frames::ack(id.as_deref(), ack),
+                };
+                device.answer(frame);
+            }
+            Reply::Http(tx) => {
+                let _ = tx.send(Ok(a));
+            }
+        }
+    }
+
+    /// The session that asked (not pushed its own message), 0 for HTTP.
+    fn session(&self) -> u64 {
+        match self {
+            Reply::Ws { device, .. } => device.session,
+            Reply::Http(_) => 0,
+        }
+    }
+}
+
+pub struct Job {
+    pub op: Op,
+    pub reply: Reply,
+}
+
+/// Attempts of a batch that met a concurrent writer (another node).
+const CONFLICT_RETRIES: usize = 5;
+
+pub async fn run(
+    mut rx: mpsc::Receiver<Job>,
+    store: Store,
+    hub: Arc<Hub>,
+    ids: Arc<IdGen>,
+    settings: Settings,
+) {
+    let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
+    let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
+    while rx.recv_many(&mut jobs, settings.batch_max).await > 0 {
+        ops.extend(jobs.iter().map(|j| j.op.clone()));
+        let result = commit_with_retries(&store, &ops, &ids, settings.recall_window_ms).await;
+        ops.clear();
+        match result {
+            Ok(outcomes) => {
+                for (job, outcome) in jobs.drain(..).zip(outcomes) {
+                    deliver(&hub, job.reply, outcome);
+                }
+            }
+            Err(e) => {
+                tracing::error!(batch = jobs.len(), "commit failed: {e}");
+                let err = ApiError::unavailable("the database did not accept the write; retry");
+                for job in jobs.drain(..) {
+                    job.reply.error(&err);
+                }
+            }
+        }
+    }
+}
+
+async fn commit_with_retries(
+    store: &Store,
+    ops: &[Op],
+    ids: &IdGen,
+    recall_window_ms: i64,
+) -> Result<Vec<Outcome>, BatchError> {
+    let mut attempt = 0;
+    loop {
+        let ctx = BatchContext {
+            now: now_ms(),
+            recall_window_ms,
+            ids,
+        };
+        match store.commit(ops, &ctx).await {
+            Err(BatchError::Conflict) if attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(2 << attempt)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Answers one op, then pushes what it changed.
+fn deliver(hub: &Hub, reply: Reply, outcome: Outcome) {
+    let except = reply.session();
+    match outcome {
+        Outcome::Sent {
+            message,
+            duplicate,
+            recipients,
+        } => {
+            reply.answer(Answer::Sent(SendAck::of(&message, duplicate)));
+            if !duplicate {
+                let frame = frames::notify_stored(&message);
+                hub.push(&recipients, &frame, Delivery::Persistent, None, except);
+            }
+        }
+        Outcome::Read {
+            conversation_id,
+            conversation_type,
+            user_id,
+            read_seq,
+            moved,
+            unread,
+            members,
+        } => {
+            reply.answer(Answer::Read(ReadAck {
+                conversation_id,
+                read_seq,
+                moved,
+                unread,
+            }));
+            if moved {
+                let own = frames::read(conversation_id, &user_id, read_seq, Some(unread));
+                hub.push(
+                    std::slice::from_ref(&user_id),
+                    &own,
+                    Delivery::Persistent,
+                    None,
+                    except,
+                );
+                if conversation_type == 1 {
+                    let peers: Vec<String> =
+                        members.iter().filter(|m| **m != user_id).cloned().collect();
+                    let receipt = frames::read(conversation_id, &user_id, read_seq, None);
+                    hub.push(&peers, &receipt, Delivery::Persistent, None, 0);
+                }
+            }
+        }
+        Outcome::Refused(r) => reply.error(&r.into()),
+    }
+}

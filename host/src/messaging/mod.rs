@@ -1,0 +1,333 @@
+//! The send path and everything around it: limits, the plugin's verdict, then either the
+//! committer (stored kinds: one transaction per batch, ack after commit, push after ack)
+//! or a push to online devices (live kinds, never stored).
+
+mod commit;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::api::ApiError;
+use crate::auth::{Tokens, valid_user_id};
+use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
+use crate::gateway::hub::{Device, Hub, user_key};
+use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
+use crate::store::batch::{IdGen, NewMessage, Op, Refused, Target};
+use crate::store::{Store, now_ms};
+
+pub use commit::{Answer, Reply};
+
+/// Settings of the send path, from the config at start-up.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub recall_window_ms: i64,
+    pub batch_max: usize,
+    pub max_frame_bytes: usize,
+    pub heartbeat_secs: u64,
+    pub send_rate_per_sec: u32,
+    pub send_burst: u32,
+    pub outbox_frames: usize,
+    pub registration: bool,
+}
+
+/// A send the plugin accepted.
+pub enum Prepared {
+    Stored(NewMessage),
+    Live(LiveSend),
+}
+
+pub struct LiveSend {
+    target: Target,
+    conversation_type: u8,
+    content_type: u32,
+    delivery: Delivery,
+    payload: Box<RawValue>,
+}
+
+/// A conversation's type and current members.
+type Members = (u8, Arc<[String]>);
+
+/// The messaging core: what the gateway and the HTTP API share.
+pub struct Core {
+    pub store: Store,
+    pub registry: Arc<PluginRegistry>,
+    pub hub: Arc<Hub>,
+    pub tokens: Tokens,
+    pub settings: Settings,
+    commits: mpsc::Sender<commit::Job>,
+    /// Private conversations by pair, and members by conversation, for live sends.
+    /// Private conversations never change members.
+    pairs: Mutex<HashMap<(String, String), i64>>,
+    members: Mutex<HashMap<i64, Members>>,
+    known_users: Mutex<HashSet<String>>,
+}
+
+impl Core {
+    pub fn start(
+        store: Store,
+        registry: Arc<PluginRegistry>,
+        tokens: Tokens,
+        settings: Settings,
+    ) -> Arc<Core> {
+        let hub = Arc::new(Hub::new());
+        let (tx, rx) = mpsc::channel(settings.batch_max * 8);
+        let core = Arc::new(Core {
+            store: store.clone(),
+            registry,
+            hub: hub.clone(),
+            tokens,
+            settings: settings.clone(),
+            commits: tx,
+            pairs: Mutex::new(HashMap::new()),
+            members: Mutex::new(HashMap::new()),
+            known_users: Mutex::new(HashSet::new()),
+        });
+        tokio::spawn(commit::run(
+            rx,
+            store,
+            hub,
+            Arc::new(IdGen::new(0)),
+            settings,
+        ));
+        core
+    }
+
+    /// Records a user seen in a valid token, once per process.
+    pub async fn ensure_user(&self, user_id: &str) -> Result<(), ApiError> {
+        if self.known_users.lock().expect("users").contains(user_id) {
+            return Ok(());
+        }
+        self.store
+            .ensure_user(user_id)
+            .await
+            .map_err(ApiError::store)?;
+        self.known_users
+            .lock()
+            .expect("users")
+            .insert(user_id.to_string());
+        Ok(())
+    }
+
+    /// Limits and the plugin's verdict. Runs the plugin on the caller's thread (its fuel
+    /// bounds the time).
+    pub fn prepare(&self, sender: &str, req: SendFrame) -> Result<Prepared, ApiError> {
+        let cmid = &req.client_msg_id;
+        if cmid.is_empty() || cmid.len() > 64 || cmid.chars().any(char::is_control) {
+            return Err(ApiError::bad_request(
+                "clientMsgId must be 1 to 64 bytes without control characters",
+            ));
+        }
+        let target = match (req.conversation_id, req.peer_id) {
+            (Some(id), None) => Target::Conversation(id),
+            (None, Some(peer)) if req.conversation_type == 1 => {
+                if !valid_user_id(&peer) {
+                    return Err(ApiError::bad_request("peerId is not a valid user id"));
+                }
+                Target::Peer(peer)
+            }
+            (None, Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "peerId addresses private conversations (conversationType 1) only",
+                ));
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "give exactly one of conversationId and peerId",
+                ));
+            }
+        };
+        let conversation_id = match &target {
+            Target::Conversation(id) => id.to_string(),
+            Target::Peer(_) => String::new(),
+        };
+        let ctx = SendContext {
+            sender_id: sender,
+            sender: SenderKind::User,
+            conversation_type: req.conversation_type,
+            conversation_id: &conversation_id,
+        };
+        let v = self
+            .registry
+            .validate(req.content_type, &ctx, req.payload.get().as_bytes())?;
+        let m = &v.plugin.manifest;
+        if m.delivery.is_stored() {
+            let recalls = if m.name == "recall" {
+                let seq = serde_json::from_str::<serde_json::Value>(&v.payload)
+                    .ok()
+                    .and_then(|p| p.get("seq").and_then(|s| s.as_i64()));
+                Some(seq.ok_or_else(|| {
+                    ApiError::bad_request("a recall names the seq of the message to recall")
+                })?)
+            } else {
+                None
+            };
+            Ok(Prepared::Stored(NewMessage {
+                target,
+                conversation_type: req.conversation_type,
+                sender_id: sender.to_string(),
+                client_msg_id: req.client_msg_id,
+                content_type: req.content_type,
+                payload: v.payload,
+                counts_unread: m.counts_unread,
+                recalls,
+            }))
+        } else {
+            let payload = RawValue::from_string(v.payload).map_err(|_| {
+                ApiError::internal("the plugin returned a payload that is not JSON")
+            })?;
+            Ok(Prepared::Live(LiveSend {
+                target,
+                conversation_type: req.conversation_type,
+                content_type: req.content_type,
+                delivery: m.delivery,
+                payload,
+            }))
+        }
+    }
+
+    /// Queues a stored send or a read for the committer; the reply comes after commit.
+    pub async fn submit(&self, op: Op, reply: Reply) {
+        if let Err(mpsc::error::SendError(job)) = self.commits.send(commit::Job { op, reply }).await
+        {
+            job.reply
+                .error(&ApiError::unavailable("the server is shutting down"));
+        }
+    }
+
+    /// Submits and waits (HTTP).
+    pub async fn submit_and_wait(&self, op: Op) -> Result<commit::Answer, ApiError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(op, Reply::Http(tx)).await;
+        rx.await
+            .map_err(|_| ApiError::unavailable("the server is shutting down"))?
+    }
+
+    /// Pushes a live kind to the conversation's online devices; nothing is stored.
+    pub async fn deliver_live(
+        &self,
+        sender: &str,
+        live: LiveSend,
+        except: u64,
+    ) -> Result<LiveAck, ApiError> {
+        let conversation_id = match &live.target {
+            Target::Conversation(id) => *id,
+            Target::Peer(peer) => self.private_conversation(sender, peer).await?,
+        };
+        let (conversation_type, members) = self.members_of(conversation_id).await?;
+        if !members.iter().any(|m| m == sender) {
+            return Err(Refused::NotAMember(conversation_id).into());
+        }
+        if conversation_type != live.conversation_type {
+            return Err(Refused::ConversationTypeMismatch {
+                conversation_id,
+                actual: conversation_type,
+                given: live.conversation_type,
+            }
+            .into());
+        }
+        let frame = frames::notify_live(
+            conversation_type,
+            conversation_id,
+            sender,
+            live.content_type,
+            &live.payload,
+        );
+        let key = (conversation_id, user_key(sender), live.content_type);
+        let reach = self
+            .hub
+            .push(&members, &frame, live.delivery, Some(key), except);
+        Ok(LiveAck {
+            live: true,
+            conversation_id,
+            conversation_type,
+            delivered: reach.queued,
+        })
+    }
+
+    async fn private_conversation(&self, a: &str, b: &str) -> Result<i64, ApiError> {
+        if a == b {
+            return Err(Refused::SelfConversation.into());
+        }
+        let key = if a <= b {
+            (a.to_string(), b.to_string())
+        } else {
+            (b.to_string(), a.to_string())
+        };
+        if let Some(id) = self.pairs.lock().expect("pairs").get(&key) {
+            return Ok(*id);
+        }
+        let id = self
+            .store
+            .ensure_private(a, b, now_ms())
+            .await
+            .map_err(ApiError::batch)??;
+        self.pairs.lock().expect("pairs").insert(key, id);
+        Ok(id)
+    }
+
+    async fn members_of(&self, conversation_id: i64) -> Result<Members, ApiError> {
+        if let Some(m) = self.members.lock().expect("members").get(&conversation_id) {
+            return Ok(m.clone());
+        }
+        let members = self
+            .store
+            .current_members(conversation_id)
+            .await
+            .map_err(ApiError::store)?;
+        let Some(first) = members.first() else {
+            return Err(Refused::NotAMember(conversation_id).into());
+        };
+        let m = self
+            .store
+            .membership(first, conversation_id)
+            .await
+            .map_err(ApiError::store)??;
+        let entry = (m.conversation_type, Arc::<[String]>::from(members));
+        self.members
+            .lock()
+            .expect("members")
+            .insert(conversation_id, entry.clone());
+        Ok(entry)
+    }
+
+    /// Handles a send from a WebSocket connection: errors and acks go to its outbox.
+    pub async fn send_from(&self, device: &Arc<Device>, req: SendFrame) {
+        let id = req.id.clone();
+        match self.prepare(&device.user_id, req) {
+            Err(e) => {
+                device.answer(frames::error(id.as_deref(), &e));
+            }
+            Ok(Prepared::Stored(m)) => {
+                self.submit(
+                    Op::Send(m),
+                    Reply::Ws {
+                        device: device.clone(),
+                        id,
+                    },
+                )
+                .await;
+            }
+            Ok(Prepared::Live(live)) => {
+                let frame = match self
+                    .deliver_live(&device.user_id, live, device.session)
+                    .await
+                {
+                    Ok(ack) => frames::ack(id.as_deref(), &ack),
+                    Err(e) => frames::error(id.as_deref(), &e),
+                };
+                device.answer(frame);
+            }
+        }
+    }
+}
+
+/// A send's answer as the HTTP endpoint returns it.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub enum SendAnswer {
+    Stored(SendAck),
+    Live(LiveAck),
+}

@@ -1,0 +1,830 @@
+//! The group commit: many sends and read-position moves in one transaction, in arrival
+//! order. Per conversation, `seq` is allocated under the head row (locked on PostgreSQL,
+//! the single writer on SQLite), so the order of seq is the order of commit.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row as _};
+
+use super::{Dialect, Store, placeholders, tuples};
+
+/// Where a message goes: a known conversation, or the private conversation with a peer
+/// (created by the first message between the two).
+#[derive(Debug, Clone)]
+pub enum Target {
+    Conversation(i64),
+    Peer(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub target: Target,
+    pub conversation_type: u8,
+    pub sender_id: String,
+    pub client_msg_id: String,
+    pub content_type: u32,
+    /// Normalized by the plugin: JSON text.
+    pub payload: String,
+    pub counts_unread: bool,
+    /// The recall kind: the seq of the sender's message to hide.
+    pub recalls: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    Send(NewMessage),
+    Read {
+        user_id: String,
+        conversation_id: i64,
+        seq: i64,
+    },
+}
+
+/// A message as stored.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub seq: i64,
+    pub msg_id: i64,
+    pub sender_id: String,
+    pub content_type: u32,
+    pub payload: String,
+    pub server_time: i64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Sent {
+        message: Arc<Stored>,
+        /// A resend of a `clientMsgId` already stored: nothing new was written.
+        duplicate: bool,
+        /// Members to push to (empty for a duplicate).
+        recipients: Arc<[String]>,
+    },
+    Read {
+        conversation_id: i64,
+        conversation_type: u8,
+        user_id: String,
+        read_seq: i64,
+        /// `false`: the position was already at or past the requested seq.
+        moved: bool,
+        unread: i64,
+        members: Arc<[String]>,
+    },
+    Refused(Refused),
+}
+
+/// Why one operation of a batch was refused (the rest of the batch goes on).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("you are not a member of conversation {0}")]
+    NotAMember(i64),
+    #[error("no user {0:?}")]
+    UserNotFound(String),
+    #[error("a private conversation needs two different users")]
+    SelfConversation,
+    #[error("conversation {conversation_id} has type {actual}, not {given}")]
+    ConversationTypeMismatch {
+        conversation_id: i64,
+        actual: u8,
+        given: u8,
+    },
+    #[error("no message with seq {0} in this conversation")]
+    MessageNotFound(i64),
+    #[error("message {0} was sent by someone else")]
+    RecallNotOwn(i64),
+    #[error("message {0} is older than the recall window")]
+    RecallWindowExpired(i64),
+    #[error("message {0} is already recalled")]
+    AlreadyRecalled(i64),
+    #[error("message {0} is a recall and cannot itself be recalled")]
+    NotRecallable(i64),
+}
+
+impl Refused {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refused::NotAMember(_) => "not_a_member",
+            Refused::UserNotFound(_) => "user_not_found",
+            Refused::SelfConversation => "bad_request",
+            Refused::ConversationTypeMismatch { .. } => "conversation_type_mismatch",
+            Refused::MessageNotFound(_) => "message_not_found",
+            Refused::RecallNotOwn(_) => "recall_not_own_message",
+            Refused::RecallWindowExpired(_) => "recall_window_expired",
+            Refused::AlreadyRecalled(_) => "already_recalled",
+            Refused::NotRecallable(_) => "message_not_recallable",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// Another writer (a second node) got there first; the batch is safe to run again.
+    #[error("a concurrent writer changed the same rows")]
+    Conflict,
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// Message ids: milliseconds since 2024 in the high bits, so they grow with time, and a
+/// counter below; unique within a node, and across nodes by `node` (10 bits).
+#[derive(Debug)]
+pub struct IdGen {
+    last: AtomicI64,
+    node: i64,
+}
+
+const EPOCH_MS: i64 = 1_704_067_200_000;
+
+impl IdGen {
+    pub fn new(node: u16) -> IdGen {
+        IdGen {
+            last: AtomicI64::new(0),
+            node: i64::from(node & 0x3ff),
+        }
+    }
+
+    pub fn next(&self, now_ms: i64) -> i64 {
+        let floor = ((now_ms - EPOCH_MS).max(0) << 22) | (self.node << 12);
+        let mut prev = self.last.load(Ordering::Relaxed);
+        loop {
+            let next = floor.max(prev + 1);
+            match self
+                .last
+                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(p) => prev = p,
+            }
+        }
+    }
+}
+
+pub struct BatchContext<'a> {
+    pub now: i64,
+    pub recall_window_ms: i64,
+    pub ids: &'a IdGen,
+}
+
+struct Head {
+    conversation_type: u8,
+    last_seq: i64,
+    acc: i64,
+    dirty: bool,
+}
+
+#[derive(Default)]
+struct Members {
+    /// Members now (may send, get pushes).
+    current: Vec<String>,
+    /// Everyone with a membership row (may move their read position).
+    any: HashSet<String>,
+    current_arc: Option<Arc<[String]>>,
+}
+
+impl Members {
+    fn recipients(&mut self) -> Arc<[String]> {
+        self.current_arc
+            .get_or_insert_with(|| self.current.clone().into())
+            .clone()
+    }
+}
+
+/// Rows written so far in this transaction but not yet sent to the database.
+#[derive(Default)]
+struct Pending {
+    messages: Vec<(Arc<Stored>, String, bool, i64)>,
+    recalls: Vec<(i64, i64, i64)>,
+}
+
+const INSERT_CHUNK: usize = 200;
+
+impl Store {
+    /// Runs `ops` in one transaction, in order; one outcome per op. A refused op does not
+    /// stop the others. On `Err` nothing was written.
+    pub async fn commit(
+        &self,
+        ops: &[Op],
+        ctx: &BatchContext<'_>,
+    ) -> Result<Vec<Outcome>, BatchError> {
+        let mut tx = self.write().begin().await?;
+        let outcomes = run(self.dialect(), &mut tx, ops, ctx).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(outcomes)
+    }
+}
+
+impl Store {
+    /// The private conversation of `a` and `b`, created if missing (for live kinds, which
+    /// store nothing of their own).
+    pub async fn ensure_private(
+        &self,
+        a: &str,
+        b: &str,
+        now: i64,
+    ) -> Result<Result<i64, Refused>, BatchError> {
+        if a == b {
+            return Ok(Err(Refused::SelfConversation));
+        }
+        let key = pair(a, b);
+        let mut attempt = 0;
+        loop {
+            let mut tx = self.write().begin().await?;
+            match resolve_pairs(&mut tx, std::slice::from_ref(&key), now).await {
+                Ok(found) => {
+                    tx.commit().await.map_err(classify)?;
+                    return Ok(found.get(&key).copied().ok_or_else(|| {
+                        Refused::UserNotFound(if key.0 == a {
+                            key.1.clone()
+                        } else {
+                            key.0.clone()
+                        })
+                    }));
+                }
+                Err(BatchError::Conflict) if attempt < 5 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn classify(e: sqlx::Error) -> BatchError {
+    match e.as_database_error() {
+        Some(d) if d.is_unique_violation() => BatchError::Conflict,
+        _ => BatchError::Db(e),
+    }
+}
+
+fn pair(a: &str, b: &str) -> (String, String) {
+    if a <= b {
+        (a.to_string(), b.to_string())
+    } else {
+        (b.to_string(), a.to_string())
+    }
+}
+
+async fn run(
+    dialect: Dialect,
+    conn: &mut AnyConnection,
+    ops: &[Op],
+    ctx: &BatchContext<'_>,
+) -> Result<Vec<Outcome>, BatchError> {
+    // 1. Private conversations named by peer: look up, create the missing ones.
+    let mut pairs: Vec<(String, String)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => match &m.target {
+                Target::Peer(p) if p != &m.sender_id => Some(pair(&m.sender_id, p)),
+                _ => None,
+            },
+            Op::Read { .. } => None,
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    let by_pair = resolve_pairs(conn, &pairs, ctx.now).await?;
+    let conversation_of = |m: &NewMessage| -> Result<i64, Refused> {
+        match &m.target {
+            Target::Conversation(id) => Ok(*id),
+            Target::Peer(p) if p == &m.sender_id => Err(Refused::SelfConversation),
+            Target::Peer(p) => by_pair
+                .get(&pair(&m.sender_id, p))
+                .copied()
+                .ok_or_else(|| Refused::UserNotFound(p.clone())),
+        }
+    };
+
+    // 2. Resends already stored.
+    let mut stored_before = find_stored(conn, ops).await?;
+
+    // 3. Head rows (locked) and members of every conversation touched.
+    let mut ids: Vec<i64> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => conversation_of(m).ok(),
+            Op::Read {
+                conversation_id, ..
+            } => Some(*conversation_id),
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut heads = lock_heads(dialect, conn, &ids).await?;
+    let mut members = load_members(conn, &ids).await?;
+
+    // 4. Each op in order.
+    let mut pending = Pending::default();
+    let mut in_batch: HashMap<(String, String), Arc<Stored>> = HashMap::new();
+    let mut read_moves: HashMap<(String, i64), (i64, i64)> = HashMap::new();
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops {
+        let outcome = match op {
+            Op::Send(m) => {
+                let key = (m.sender_id.clone(), m.client_msg_id.clone());
+                if let Some(original) = stored_before.get(&key).or_else(|| in_batch.get(&key)) {
+                    Outcome::Sent {
+                        message: original.clone(),
+                        duplicate: true,
+                        recipients: Arc::from([]),
+                    }
+                } else {
+                    match send(
+                        conn,
+                        m,
+                        &conversation_of,
+                        &mut heads,
+                        &mut members,
+                        &mut pending,
+                        ctx,
+                    )
+                    .await?
+                    {
+                        Ok((stored, recipients, acc)) => {
+                            read_moves.insert(
+                                (m.sender_id.clone(), stored.conversation_id),
+                                (stored.seq, acc),
+                            );
+                            in_batch.insert(key, stored.clone());
+                            Outcome::Sent {
+                                message: stored,
+                                duplicate: false,
+                                recipients,
+                            }
+                        }
+                        Err(refused) => Outcome::Refused(refused),
+                    }
+                }
+            }
+            Op::Read {
+                user_id,
+                conversation_id,
+                seq,
+            } => {
+                flush(conn, &mut pending).await?;
+                read(
+                    conn,
+                    user_id,
+                    *conversation_id,
+                    *seq,
+                    &heads,
+                    &mut members,
+                    &mut read_moves,
+                )
+                .await?
+            }
+        };
+        outcomes.push(outcome);
+    }
+    stored_before.clear();
+
+    // 5. The rest of the writes.
+    flush(conn, &mut pending).await?;
+    update_heads(conn, &heads, ctx.now).await?;
+    upsert_read_positions(conn, &read_moves, ctx.now).await?;
+    Ok(outcomes)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    conn: &mut AnyConnection,
+    m: &NewMessage,
+    conversation_of: &impl Fn(&NewMessage) -> Result<i64, Refused>,
+    heads: &mut HashMap<i64, Head>,
+    members: &mut HashMap<i64, Members>,
+    pending: &mut Pending,
+    ctx: &BatchContext<'_>,
+) -> Result<Result<(Arc<Stored>, Arc<[String]>, i64), Refused>, BatchError> {
+    let conversation_id = match conversation_of(m) {
+        Ok(id) => id,
+        Err(r) => return Ok(Err(r)),
+    };
+    let (Some(head), Some(mem)) = (
+        heads.get_mut(&conversation_id),
+        members.get_mut(&conversation_id),
+    ) else {
+        return Ok(Err(Refused::NotAMember(conversation_id)));
+    };
+    if !mem.current.iter().any(|u| u == &m.sender_id) {
+        return Ok(Err(Refused::NotAMember(conversation_id)));
+    }
+    if head.conversation_type != m.conversation_type {
+        return Ok(Err(Refused::ConversationTypeMismatch {
+            conversation_id,
+            actual: head.conversation_type,
+            given: m.conversation_type,
+        }));
+    }
+    if let Some(target) = m.recalls {
+        flush(conn, pending).await?;
+        let row = sqlx::query(
+            "SELECT sender_id, server_time, recalled_by, content_type FROM messages \
+             WHERE conversation_id = $1 AND seq = $2",
+        )
+        .bind(conversation_id)
+        .bind(target)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Err(Refused::MessageNotFound(target)));
+        };
+        let sender: String = row.try_get(0)?;
+        let sent_at: i64 = row.try_get(1)?;
+        let recalled_by: i64 = row.try_get(2)?;
+        let content_type: i64 = row.try_get(3)?;
+        if sender != m.sender_id {
+            return Ok(Err(Refused::RecallNotOwn(target)));
+        }
+        if content_type == i64::from(m.content_type) {
+            return Ok(Err(Refused::NotRecallable(target)));
+        }
+        if recalled_by != 0 {
+            return Ok(Err(Refused::AlreadyRecalled(target)));
+        }
+        if ctx.now - sent_at > ctx.recall_window_ms {
+            return Ok(Err(Refused::RecallWindowExpired(target)));
+        }
+    }
+    head.last_seq += 1;
+    head.acc += i64::from(m.counts_unread);
+    head.dirty = true;
+    let stored = Arc::new(Stored {
+        conversation_id,
+        conversation_type: head.conversation_type,
+        seq: head.last_seq,
+        msg_id: ctx.ids.next(ctx.now),
+        sender_id: m.sender_id.clone(),
+        content_type: m.content_type,
+        payload: m.payload.clone(),
+        server_time: ctx.now,
+    });
+    if let Some(target) = m.recalls {
+        pending.recalls.push((conversation_id, target, stored.seq));
+    }
+    pending.messages.push((
+        stored.clone(),
+        m.client_msg_id.clone(),
+        m.counts_unread,
+        head.acc,
+    ));
+    Ok(Ok((stored, mem.recipients(), head.acc)))
+}
+
+async fn read(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    conversation_id: i64,
+    seq: i64,
+    heads: &HashMap<i64, Head>,
+    members: &mut HashMap<i64, Members>,
+    read_moves: &mut HashMap<(String, i64), (i64, i64)>,
+) -> Result<Outcome, BatchError> {
+    let (Some(head), Some(mem)) = (
+        heads.get(&conversation_id),
+        members.get_mut(&conversation_id),
+    ) else {
+        return Ok(Outcome::Refused(Refused::NotAMember(conversation_id)));
+    };
+    if !mem.any.contains(user_id) {
+        return Ok(Outcome::Refused(Refused::NotAMember(conversation_id)));
+    }
+    let key = (user_id.to_string(), conversation_id);
+    let (mut read_seq, mut read_acc) = match read_moves.get(&key) {
+        Some(p) => *p,
+        None => sqlx::query(
+            "SELECT read_seq, read_acc FROM read_positions WHERE user_id = $1 AND conversation_id = $2",
+        )
+        .bind(user_id)
+        .bind(conversation_id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, r.try_get(1)?)))
+        .transpose()?
+        .unwrap_or((0, 0)),
+    };
+    let target = seq.clamp(0, head.last_seq);
+    let moved = target > read_seq;
+    if moved {
+        let acc: i64 =
+            sqlx::query("SELECT unread_acc FROM messages WHERE conversation_id = $1 AND seq = $2")
+                .bind(conversation_id)
+                .bind(target)
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get(0)?;
+        read_seq = target;
+        read_acc = acc;
+        read_moves.insert(key, (read_seq, read_acc));
+    }
+    let recalled = recalled_counting_after(conn, conversation_id, read_seq).await?;
+    Ok(Outcome::Read {
+        conversation_id,
+        conversation_type: head.conversation_type,
+        user_id: user_id.to_string(),
+        read_seq,
+        moved,
+        unread: (head.acc - read_acc - recalled).max(0),
+        members: mem.recipients(),
+    })
+}
+
+/// Recalled messages that counted toward unread, after `seq`.
+pub(crate) async fn recalled_counting_after(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    seq: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query(
+        "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
+         AND recalled_by <> 0 AND counts_unread = 1",
+    )
+    .bind(conversation_id)
+    .bind(seq)
+    .fetch_one(conn)
+    .await?
+    .try_get(0)
+}
+
+async fn resolve_pairs(
+    conn: &mut AnyConnection,
+    pairs: &[(String, String)],
+    now: i64,
+) -> Result<HashMap<(String, String), i64>, BatchError> {
+    let mut found = HashMap::new();
+    if pairs.is_empty() {
+        return Ok(found);
+    }
+    let sql = format!(
+        "SELECT user_lo, user_hi, conversation_id FROM private_pairs WHERE (user_lo, user_hi) IN (VALUES {})",
+        tuples(pairs.len(), 2)
+    );
+    let mut q = sqlx::query(&sql);
+    for (lo, hi) in pairs {
+        q = q.bind(lo.as_str()).bind(hi.as_str());
+    }
+    for row in q.fetch_all(&mut *conn).await? {
+        found.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
+    }
+    let missing: Vec<&(String, String)> =
+        pairs.iter().filter(|p| !found.contains_key(*p)).collect();
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    let mut users: Vec<&str> = missing
+        .iter()
+        .flat_map(|(a, b)| [a.as_str(), b.as_str()])
+        .collect();
+    users.sort_unstable();
+    users.dedup();
+    let sql = format!(
+        "SELECT user_id FROM users WHERE user_id IN ({})",
+        placeholders(1, users.len())
+    );
+    let mut q = sqlx::query(&sql);
+    for u in &users {
+        q = q.bind(*u);
+    }
+    let known: HashSet<String> = q
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    for (lo, hi) in missing {
+        if !known.contains(lo) || !known.contains(hi) {
+            continue;
+        }
+        let id: i64 = sqlx::query(
+            "INSERT INTO conversations (conversation_type, last_seq, unread_acc, last_time, created_at) \
+             VALUES (1, 0, 0, $1, $1) RETURNING conversation_id",
+        )
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)?;
+        let claimed = sqlx::query(
+            "INSERT INTO private_pairs (user_lo, user_hi, conversation_id) VALUES ($1, $2, $3) \
+             ON CONFLICT (user_lo, user_hi) DO NOTHING",
+        )
+        .bind(lo.as_str())
+        .bind(hi.as_str())
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        if claimed == 0 {
+            // Another node created it between our look-up and now: run the batch again.
+            return Err(BatchError::Conflict);
+        }
+        sqlx::query(
+            "INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, joined_at) \
+             VALUES ($1, $2, 0, NULL, $4), ($1, $3, 0, NULL, $4)",
+        )
+        .bind(id)
+        .bind(lo.as_str())
+        .bind(hi.as_str())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        found.insert((lo.clone(), hi.clone()), id);
+    }
+    Ok(found)
+}
+
+fn stored_from(row: &AnyRow) -> sqlx::Result<Stored> {
+    Ok(Stored {
+        conversation_id: row.try_get(2)?,
+        conversation_type: row.try_get::<i64, _>(3)? as u8,
+        seq: row.try_get(4)?,
+        msg_id: row.try_get(5)?,
+        sender_id: row.try_get(0)?,
+        content_type: row.try_get::<i64, _>(6)? as u32,
+        payload: row.try_get(7)?,
+        server_time: row.try_get(8)?,
+    })
+}
+
+async fn find_stored(
+    conn: &mut AnyConnection,
+    ops: &[Op],
+) -> Result<HashMap<(String, String), Arc<Stored>>, BatchError> {
+    let keys: Vec<(&str, &str)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
+            Op::Read { .. } => None,
+        })
+        .collect();
+    let mut found = HashMap::new();
+    for chunk in keys.chunks(INSERT_CHUNK) {
+        let sql = format!(
+            "SELECT m.sender_id, m.client_msg_id, m.conversation_id, c.conversation_type, m.seq, \
+             m.msg_id, m.content_type, m.payload, m.server_time \
+             FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
+             WHERE (m.sender_id, m.client_msg_id) IN (VALUES {})",
+            tuples(chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for (s, c) in chunk {
+            q = q.bind(*s).bind(*c);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            found.insert(
+                (row.try_get(0)?, row.try_get(1)?),
+                Arc::new(stored_from(&row)?),
+            );
+        }
+    }
+    Ok(found)
+}
+
+async fn lock_heads(
+    dialect: Dialect,
+    conn: &mut AnyConnection,
+    ids: &[i64],
+) -> Result<HashMap<i64, Head>, BatchError> {
+    let mut heads = HashMap::new();
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let lock = match dialect {
+            Dialect::Postgres => " FOR UPDATE",
+            // The single writer connection already excludes every other writer.
+            Dialect::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT conversation_id, conversation_type, last_seq, unread_acc FROM conversations \
+             WHERE conversation_id IN ({}) ORDER BY conversation_id{lock}",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            heads.insert(
+                row.try_get(0)?,
+                Head {
+                    conversation_type: row.try_get::<i64, _>(1)? as u8,
+                    last_seq: row.try_get(2)?,
+                    acc: row.try_get(3)?,
+                    dirty: false,
+                },
+            );
+        }
+    }
+    Ok(heads)
+}
+
+async fn load_members(
+    conn: &mut AnyConnection,
+    ids: &[i64],
+) -> Result<HashMap<i64, Members>, BatchError> {
+    let mut members: HashMap<i64, Members> = HashMap::new();
+    for chunk in ids.chunks(INSERT_CHUNK) {
+        let sql = format!(
+            "SELECT conversation_id, user_id, left_at_seq FROM members WHERE conversation_id IN ({})",
+            placeholders(1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            let entry = members.entry(row.try_get(0)?).or_default();
+            let user: String = row.try_get(1)?;
+            if row.try_get::<Option<i64>, _>(2)?.is_none() {
+                entry.current.push(user.clone());
+            }
+            entry.any.insert(user);
+        }
+    }
+    Ok(members)
+}
+
+/// Writes the messages and recall marks collected so far, so the statements that follow
+/// in this transaction see them.
+async fn flush(conn: &mut AnyConnection, pending: &mut Pending) -> Result<(), BatchError> {
+    for chunk in pending.messages.chunks(INSERT_CHUNK) {
+        let sql = format!(
+            "INSERT INTO messages (conversation_id, seq, msg_id, sender_id, client_msg_id, \
+             content_type, payload, server_time, counts_unread, unread_acc) VALUES {}",
+            tuples(chunk.len(), 10)
+        );
+        let mut q = sqlx::query(&sql);
+        for (m, client_msg_id, counts, acc) in chunk {
+            q = q
+                .bind(m.conversation_id)
+                .bind(m.seq)
+                .bind(m.msg_id)
+                .bind(m.sender_id.as_str())
+                .bind(client_msg_id.as_str())
+                .bind(i64::from(m.content_type))
+                .bind(m.payload.as_str())
+                .bind(m.server_time)
+                .bind(i64::from(*counts))
+                .bind(*acc);
+        }
+        q.execute(&mut *conn).await.map_err(classify)?;
+    }
+    pending.messages.clear();
+    for (conversation_id, target, by) in pending.recalls.drain(..) {
+        sqlx::query("UPDATE messages SET recalled_by = $1 WHERE conversation_id = $2 AND seq = $3")
+            .bind(by)
+            .bind(conversation_id)
+            .bind(target)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn update_heads(
+    conn: &mut AnyConnection,
+    heads: &HashMap<i64, Head>,
+    now: i64,
+) -> Result<(), BatchError> {
+    let dirty: Vec<(&i64, &Head)> = heads.iter().filter(|(_, h)| h.dirty).collect();
+    for chunk in dirty.chunks(INSERT_CHUNK) {
+        let sql = format!(
+            "UPDATE conversations SET last_seq = v.column2, unread_acc = v.column3, last_time = v.column4 \
+             FROM (VALUES {}) AS v WHERE conversations.conversation_id = v.column1",
+            tuples(chunk.len(), 4)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, h) in chunk {
+            q = q.bind(**id).bind(h.last_seq).bind(h.acc).bind(now);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+async fn upsert_read_positions(
+    conn: &mut AnyConnection,
+    moves: &HashMap<(String, i64), (i64, i64)>,
+    now: i64,
+) -> Result<(), BatchError> {
+    let rows: Vec<_> = moves.iter().collect();
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let sql = format!(
+            "INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
+             VALUES {} ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+             read_seq = excluded.read_seq, read_acc = excluded.read_acc, updated_at = excluded.updated_at \
+             WHERE excluded.read_seq > read_positions.read_seq",
+            tuples(chunk.len(), 5)
+        );
+        let mut q = sqlx::query(&sql);
+        for ((user, conversation), (seq, acc)) in chunk {
+            q = q
+                .bind(user.as_str())
+                .bind(*conversation)
+                .bind(*seq)
+                .bind(*acc)
+                .bind(now);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}

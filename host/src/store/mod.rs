@@ -1,0 +1,238 @@
+//! Persistence: one `Store` over SQLite or PostgreSQL through sqlx's `Any` driver, with the
+//! schema from `migrations/<backend>`. Callers never know which database they hold; the
+//! few statements where the dialects differ ask `Dialect`.
+//!
+//! Writes that must be ordered (sends, read positions) go through `batch::commit` on the
+//! committer's connection; everything here is reads or independent writes.
+
+pub mod accounts;
+pub mod batch;
+pub mod sync;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Executor as _};
+
+use crate::config::{SqliteSync, StorageConfig};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the database {url}: {source}")]
+    Open { url: String, source: sqlx::Error },
+    #[error("cannot apply the {dialect:?} migrations: {source}")]
+    Migrate {
+        dialect: Dialect,
+        source: sqlx::migrate::MigrateError,
+    },
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The database. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    /// Pulls, overviews, lookups.
+    read: AnyPool,
+    /// The committer's transactions and other writes. On SQLite a single connection, so
+    /// writers queue here instead of failing with `SQLITE_BUSY`.
+    write: AnyPool,
+    dialect: Dialect,
+}
+
+impl Store {
+    /// Opens (creating a SQLite file if missing) and migrates the database.
+    pub async fn open(cfg: &StorageConfig) -> Result<Store, StoreError> {
+        sqlx::any::install_default_drivers();
+        let open_err = |source| StoreError::Open {
+            url: redact(&cfg.url),
+            source,
+        };
+        let store = if cfg.url.starts_with("sqlite:") {
+            let url = sqlite_url(&cfg.url).map_err(open_err)?;
+            let sync = match cfg.sqlite_synchronous {
+                SqliteSync::Full => "FULL",
+                SqliteSync::Normal => "NORMAL",
+            };
+            let pragmas = format!(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; \
+                 PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON;"
+            );
+            let options = AnyConnectOptions::from_str(&url).map_err(open_err)?;
+            let pool = |max: u32| {
+                let pragmas = pragmas.clone();
+                AnyPoolOptions::new()
+                    .max_connections(max)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .acquire_timeout(Duration::from_secs(30))
+                    .after_connect(move |conn, _| {
+                        let pragmas = pragmas.clone();
+                        Box::pin(async move {
+                            conn.execute(sqlx::raw_sql(&pragmas)).await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_with(options.clone())
+            };
+            // The writer first: it sets WAL mode before any reader opens the file.
+            let write = pool(1).await.map_err(open_err)?;
+            let read = pool(cfg.max_connections).await.map_err(open_err)?;
+            Store {
+                read,
+                write,
+                dialect: Dialect::Sqlite,
+            }
+        } else {
+            let pool = AnyPoolOptions::new()
+                .max_connections(cfg.max_connections + 2)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect(&cfg.url)
+                .await
+                .map_err(open_err)?;
+            Store {
+                read: pool.clone(),
+                write: pool,
+                dialect: Dialect::Postgres,
+            }
+        };
+        let migrator = match store.dialect {
+            Dialect::Sqlite => &SQLITE_MIGRATIONS,
+            Dialect::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator
+            .run(&store.write)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                dialect: store.dialect,
+                source,
+            })?;
+        Ok(store)
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub(crate) fn read(&self) -> &AnyPool {
+        &self.read
+    }
+
+    pub(crate) fn write(&self) -> &AnyPool {
+        &self.write
+    }
+
+    pub async fn close(&self) {
+        self.read.close().await;
+        self.write.close().await;
+    }
+}
+
+/// `sqlite://relative/or/absolute/path.db`: creates the parent folder and asks sqlx to
+/// create the file.
+fn sqlite_url(url: &str) -> Result<String, sqlx::Error> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path != ":memory:"
+        && let Some(parent) = std::path::Path::new(path).parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent).map_err(sqlx::Error::Io)?;
+    }
+    let query = if query.is_empty() {
+        "mode=rwc".to_string()
+    } else if query.contains("mode=") {
+        query.to_string()
+    } else {
+        format!("{query}&mode=rwc")
+    };
+    Ok(format!("sqlite://{path}?{query}"))
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// `$first, $first+1, …` for `n` placeholders.
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
+    let mut s = String::with_capacity(n * 4);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('$');
+        s.push_str(&(first + i).to_string());
+    }
+    s
+}
+
+/// `($1, $2), ($3, $4), …`: `rows` tuples of `width` placeholders.
+pub(crate) fn tuples(rows: usize, width: usize) -> String {
+    let mut s = String::with_capacity(rows * width * 4);
+    for r in 0..rows {
+        if r > 0 {
+            s.push_str(", ");
+        }
+        s.push('(');
+        s.push_str(&placeholders(1 + r * width, width));
+        s.push(')');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuples_number_in_order() {
+        assert_eq!(tuples(2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(placeholders(3, 2), "$3, $4");
+    }
+
+    #[test]
+    fn passwords_do_not_reach_messages() {
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[test]
+    fn sqlite_urls_create_the_file() {
+        assert_eq!(
+            sqlite_url("sqlite::memory:").unwrap(),
+            "sqlite://:memory:?mode=rwc"
+        );
+    }
+}

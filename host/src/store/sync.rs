@@ -1,0 +1,292 @@
+//! What a device reads to catch up: pulls by seq, the conversation overview, read
+//! positions. Every read is bounded by the reader's membership interval.
+
+use sqlx::Row as _;
+use sqlx::any::AnyRow;
+
+use super::Store;
+use super::batch::Refused;
+
+/// A member's view of one conversation: what seqs they may read.
+#[derive(Debug, Clone, Copy)]
+pub struct Membership {
+    pub conversation_type: u8,
+    pub last_seq: i64,
+    /// The member sees seq in `(joined_after_seq, left_at_seq.unwrap_or(last_seq)]`.
+    pub joined_after_seq: i64,
+    pub left_at_seq: Option<i64>,
+}
+
+impl Membership {
+    pub fn visible_end(&self) -> i64 {
+        self.left_at_seq
+            .map_or(self.last_seq, |l| l.min(self.last_seq))
+    }
+
+    pub fn is_current(&self) -> bool {
+        self.left_at_seq.is_none()
+    }
+}
+
+/// A stored message as a reader sees it.
+#[derive(Debug, Clone)]
+pub struct MessageRow {
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub seq: i64,
+    pub msg_id: i64,
+    pub sender_id: String,
+    pub content_type: u32,
+    /// `None` once recalled.
+    pub payload: Option<String>,
+    pub server_time: i64,
+    /// The seq of the recall event, 0 if not recalled.
+    pub recalled_by: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct OverviewRow {
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    /// The other party of a private conversation.
+    pub peer_id: Option<String>,
+    pub last_seq: i64,
+    pub read_seq: i64,
+    pub unread: i64,
+    pub last_time: i64,
+    pub last_message: Option<MessageRow>,
+    pub member: bool,
+}
+
+pub enum Direction {
+    After(i64),
+    Before(i64),
+}
+
+const MESSAGE_COLUMNS: &str =
+    "seq, msg_id, sender_id, content_type, payload, server_time, recalled_by";
+
+fn message_from(
+    row: &AnyRow,
+    first: usize,
+    conversation_id: i64,
+    conversation_type: u8,
+) -> sqlx::Result<MessageRow> {
+    let recalled_by: i64 = row.try_get(first + 6)?;
+    Ok(MessageRow {
+        conversation_id,
+        conversation_type,
+        seq: row.try_get(first)?,
+        msg_id: row.try_get(first + 1)?,
+        sender_id: row.try_get(first + 2)?,
+        content_type: row.try_get::<i64, _>(first + 3)? as u32,
+        payload: if recalled_by == 0 {
+            Some(row.try_get(first + 4)?)
+        } else {
+            None
+        },
+        server_time: row.try_get(first + 5)?,
+        recalled_by,
+    })
+}
+
+impl Store {
+    /// The user's membership of a conversation (past or present), or `NotAMember`.
+    pub async fn membership(
+        &self,
+        user_id: &str,
+        conversation_id: i64,
+    ) -> Result<Result<Membership, Refused>, sqlx::Error> {
+        let row = sqlx::query(
+            "SELECT c.conversation_type, c.last_seq, m.joined_after_seq, m.left_at_seq \
+             FROM members m JOIN conversations c ON c.conversation_id = m.conversation_id \
+             WHERE m.conversation_id = $1 AND m.user_id = $2",
+        )
+        .bind(conversation_id)
+        .bind(user_id)
+        .fetch_optional(self.read())
+        .await?;
+        let Some(row) = row else {
+            return Ok(Err(Refused::NotAMember(conversation_id)));
+        };
+        Ok(Ok(Membership {
+            conversation_type: row.try_get::<i64, _>(0)? as u8,
+            last_seq: row.try_get(1)?,
+            joined_after_seq: row.try_get(2)?,
+            left_at_seq: row.try_get(3)?,
+        }))
+    }
+
+    /// Current members of a conversation (for live pushes).
+    pub async fn current_members(&self, conversation_id: i64) -> sqlx::Result<Vec<String>> {
+        sqlx::query(
+            "SELECT user_id FROM members WHERE conversation_id = $1 AND left_at_seq IS NULL",
+        )
+        .bind(conversation_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect()
+    }
+
+    /// The private conversation of two users, if it exists.
+    pub async fn private_conversation(&self, a: &str, b: &str) -> sqlx::Result<Option<i64>> {
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        sqlx::query("SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2")
+            .bind(lo)
+            .bind(hi)
+            .fetch_optional(self.read())
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()
+    }
+
+    /// Up to `limit` messages after or before a seq, ascending, within what `m` may see.
+    pub async fn pull(
+        &self,
+        conversation_id: i64,
+        m: &Membership,
+        direction: Direction,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>> {
+        let lo = m.joined_after_seq;
+        let hi = m.visible_end();
+        let rows = match direction {
+            Direction::After(after) => {
+                sqlx::query(&format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 \
+                     AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+                ))
+                .bind(conversation_id)
+                .bind(after.max(lo))
+                .bind(hi)
+                .bind(limit)
+                .fetch_all(self.read())
+                .await?
+            }
+            Direction::Before(before) => {
+                let mut rows = sqlx::query(&format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 \
+                     AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4"
+                ))
+                .bind(conversation_id)
+                .bind(lo)
+                .bind(before.min(hi.saturating_add(1)))
+                .bind(limit)
+                .fetch_all(self.read())
+                .await?;
+                rows.reverse();
+                rows
+            }
+        };
+        rows.iter()
+            .map(|r| message_from(r, 0, conversation_id, m.conversation_type))
+            .collect()
+    }
+
+    /// The user's conversations, most recently active first, after `cursor`
+    /// (`(last_time, conversation_id)` of the previous page's last row).
+    pub async fn overview(
+        &self,
+        user_id: &str,
+        cursor: Option<(i64, i64)>,
+        only: Option<i64>,
+        limit: i64,
+    ) -> sqlx::Result<Vec<OverviewRow>> {
+        let (t, id) = cursor.unwrap_or((i64::MAX, i64::MAX));
+        let filter = if only.is_some() {
+            "c.conversation_id = $5"
+        } else {
+            "1 = 1"
+        };
+        let sql = format!(
+            "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.last_time, \
+             COALESCE(rp.read_seq, 0), COALESCE(rp.read_acc, 0), pp.user_lo, pp.user_hi, \
+             m.joined_after_seq, m.left_at_seq, lm.unread_acc, \
+             lm.seq, lm.msg_id, lm.sender_id, lm.content_type, lm.payload, lm.server_time, lm.recalled_by \
+             FROM members m \
+             JOIN conversations c ON c.conversation_id = m.conversation_id \
+             LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+             LEFT JOIN private_pairs pp ON pp.conversation_id = c.conversation_id \
+             LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
+                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) \
+             WHERE m.user_id = $1 AND (c.last_time < $2 OR (c.last_time = $2 AND c.conversation_id < $3)) \
+               AND {filter} \
+             ORDER BY c.last_time DESC, c.conversation_id DESC LIMIT $4"
+        );
+        let mut q = sqlx::query(&sql).bind(user_id).bind(t).bind(id).bind(limit);
+        if let Some(only) = only {
+            q = q.bind(only);
+        }
+        let rows = q.fetch_all(self.read()).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let conversation_id: i64 = row.try_get(0)?;
+            let conversation_type = row.try_get::<i64, _>(1)? as u8;
+            let last_seq: i64 = row.try_get(2)?;
+            let read_seq: i64 = row.try_get(4)?;
+            let read_acc: i64 = row.try_get(5)?;
+            let lo: Option<String> = row.try_get(6)?;
+            let hi: Option<String> = row.try_get(7)?;
+            let left_at: Option<i64> = row.try_get(9)?;
+            let end_acc: Option<i64> = row.try_get(10)?;
+            let visible_end = left_at.map_or(last_seq, |l| l.min(last_seq));
+            let peer_id = match (lo, hi) {
+                (Some(lo), Some(hi)) => Some(if lo == user_id { hi } else { lo }),
+                _ => None,
+            };
+            let last_message = match row.try_get::<Option<i64>, _>(11)? {
+                Some(_) => Some(message_from(row, 11, conversation_id, conversation_type)?),
+                None => None,
+            };
+            let mut unread = end_acc.unwrap_or(0) - read_acc;
+            if unread > 0 {
+                let mut conn = self.read().acquire().await?;
+                let recalled = sqlx::query(
+                    "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
+                     AND seq <= $3 AND recalled_by <> 0 AND counts_unread = 1",
+                )
+                .bind(conversation_id)
+                .bind(read_seq)
+                .bind(visible_end)
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get::<i64, _>(0)?;
+                unread -= recalled;
+            }
+            out.push(OverviewRow {
+                conversation_id,
+                conversation_type,
+                peer_id,
+                last_seq: visible_end,
+                read_seq,
+                unread: unread.max(0),
+                last_time: row.try_get(3)?,
+                last_message,
+                member: left_at.is_none(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Read positions of the other members (0 for one who never read).
+    pub async fn read_positions(
+        &self,
+        conversation_id: i64,
+        except: &str,
+    ) -> sqlx::Result<Vec<(String, i64)>> {
+        sqlx::query(
+            "SELECT m.user_id, COALESCE(rp.read_seq, 0) FROM members m \
+             LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+             WHERE m.conversation_id = $1 AND m.user_id <> $2 ORDER BY m.user_id LIMIT 500",
+        )
+        .bind(conversation_id)
+        .bind(except)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+    }
+}

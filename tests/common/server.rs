@@ -1,0 +1,514 @@
+//! A real server on loopback for the messaging tests: the `courier` binary on a SQLite file
+//! or its own PostgreSQL database, real WebSocket clients, a small HTTP client.
+//! The one place the tests touch the wire protocol, so it can change in one place.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::{repo_root, scratch};
+
+/// The environment variable naming the PostgreSQL server for the tests (`.ci/run` sets it).
+pub const POSTGRES_ENV: &str = "PG_TEST_URL";
+
+/// The key test servers sign tokens with (so tests can mint a deployer's token).
+pub const JWT_SECRET: &str = "test-secret-test-secret-test-secret-0123";
+
+/// Gateway settings that let a test pipeline freely.
+pub const FAST: &str =
+    "[gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\noutbox_frames = 100000\n";
+
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Sqlite,
+    /// The URL of a database the test may create others from.
+    Postgres(String),
+}
+
+impl Backend {
+    /// PostgreSQL from the environment, or `None` after saying why the test is skipped.
+    pub fn postgres(test: &str) -> Option<Backend> {
+        match std::env::var(POSTGRES_ENV) {
+            Ok(url) if !url.is_empty() => Some(Backend::Postgres(url)),
+            _ => {
+                eprintln!("{test}: skipped on PostgreSQL: {POSTGRES_ENV} is not set");
+                None
+            }
+        }
+    }
+}
+
+/// A database of one test's own: a SQLite file in its folder, or a fresh PostgreSQL
+/// database dropped afterwards.
+pub struct Db {
+    pub url: String,
+    pub dir: PathBuf,
+    drop_pg: Option<(String, String)>,
+}
+
+impl Db {
+    pub async fn new(backend: &Backend, name: &str) -> Db {
+        let dir = scratch(name);
+        match backend {
+            Backend::Sqlite => Db {
+                url: format!("sqlite://{}", dir.join("courier.db").display()),
+                dir,
+                drop_pg: None,
+            },
+            Backend::Postgres(admin) => {
+                use sqlx::Connection as _;
+                let db = format!(
+                    "courier_{}_{}_{}",
+                    name.replace('-', "_"),
+                    std::process::id(),
+                    fastrand::u32(..)
+                );
+                let mut conn = sqlx::PgConnection::connect(admin)
+                    .await
+                    .expect("connect to the test PostgreSQL");
+                sqlx::raw_sql(&format!("CREATE DATABASE {db}"))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create the test database");
+                let base = admin
+                    .rsplit_once('/')
+                    .map(|(b, _)| b.to_string())
+                    .expect("a URL ending in /database");
+                Db {
+                    url: format!("{base}/{db}"),
+                    dir,
+                    drop_pg: Some((admin.clone(), db)),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some((admin, db)) = self.drop_pg.take() {
+            // Best effort, on a thread of its own (we may be inside a runtime).
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    use sqlx::Connection as _;
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
+                        let _ =
+                            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+                                .execute(&mut c)
+                                .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// The `courier` binary serving on a free loopback port.
+pub struct Server {
+    child: Option<Child>,
+    pub addr: String,
+    config: PathBuf,
+    log: PathBuf,
+}
+
+/// Compiled plugins shared by every test server, so start-up does not recompile them.
+fn plugin_cache() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    dir
+}
+
+impl Server {
+    /// Starts a server on `db`; `extra` is appended to its config (sections other than
+    /// server, storage, auth and runtime).
+    pub async fn start(db: &Db, extra: &str) -> Server {
+        let config = db.dir.join("courier.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"admin-token-0123456789\"\n\
+                 [storage]\nurl = \"{}\"\n[auth]\njwt_secret = \"{JWT_SECRET}\"\n\
+                 [runtime]\ncache_dir = \"{}\"\n{extra}",
+                db.url,
+                plugin_cache().display()
+            ),
+        )
+        .unwrap();
+        let mut s = Server {
+            child: None,
+            addr: String::new(),
+            config,
+            log: db.dir.join("server.log"),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        use std::io::BufRead;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+        // Only the test's config speaks: no COURIER_* settings from the environment.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("COURIER_") && key != "COURIER_LOG" {
+                cmd.env_remove(key);
+            }
+        }
+        let mut child = cmd
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .current_dir(repo_root())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start courier");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        self.addr = match line.trim().strip_prefix("listening on ") {
+            Some(a) => a.to_string(),
+            None => panic!(
+                "the server did not start ({line:?}); its log:\n{}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            ),
+        };
+        self.child = Some(child);
+    }
+
+    /// `kill -9`: no shutdown, no flush.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Starts the binary again on the same config and database (on a new port).
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub async fn user(&self, id: &str) -> User {
+        let (status, body) = self
+            .http(
+                "POST",
+                "/v1/auth/register",
+                None,
+                Some(json!({"userId": id, "password": "password-of-" })),
+            )
+            .await;
+        assert_eq!(status, 201, "register {id}: {body}");
+        User {
+            id: id.to_string(),
+            token: body["token"].as_str().unwrap().to_string(),
+        }
+    }
+
+    /// One HTTP/1.1 request; the status and the JSON body (`Null` if none).
+    pub async fn http(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        self.http_raw(method, path, token, &body).await
+    }
+
+    pub async fn http_raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: &str,
+    ) -> (u16, Value) {
+        let mut conn = TcpStream::connect(&self.addr).await.unwrap();
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: courier\r\nConnection: close\r\n{auth}\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
+            .await
+            .expect("HTTP answer within 30 s")
+            .unwrap();
+        let text = String::from_utf8_lossy(&raw);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    /// GET with a token, expecting 200.
+    pub async fn get(&self, user: &User, path: &str) -> Value {
+        let (status, body) = self.http("GET", path, Some(&user.token), None).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        body
+    }
+
+    /// Every message of a conversation the user may see, by paging `afterSeq`.
+    pub async fn pull_all(&self, user: &User, conversation_id: i64) -> Vec<Value> {
+        let mut after = 0;
+        let mut all = Vec::new();
+        loop {
+            let page = self
+                .get(
+                    user,
+                    &format!(
+                        "/v1/conversations/{conversation_id}/messages?afterSeq={after}&limit=500"
+                    ),
+                )
+                .await;
+            let msgs = page["messages"].as_array().unwrap().clone();
+            if let Some(last) = msgs.last() {
+                after = last["seq"].as_i64().unwrap();
+            }
+            let more = page["hasMore"].as_bool().unwrap();
+            all.extend(msgs);
+            if !more {
+                return all;
+            }
+        }
+    }
+
+    pub async fn connect(&self, user: &User, device: &str) -> Ws {
+        Ws::connect(&self.addr, &user.token, device)
+            .await
+            .unwrap_or_else(|status| panic!("connect {} {device}: HTTP {status}", user.id))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct User {
+    pub id: String,
+    pub token: String,
+}
+
+type Stream = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A WebSocket client speaking the JSON frames.
+pub struct Ws {
+    stream: Stream,
+    pub hello: Value,
+}
+
+/// How long a test waits for a frame it expects.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+impl Ws {
+    /// Connects and reads the `hello` frame; `Err(status)` if the upgrade was refused.
+    pub async fn connect(addr: &str, token: &str, device: &str) -> Result<Ws, u16> {
+        let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}");
+        match tokio_tungstenite::connect_async(url).await {
+            Ok((stream, _)) => {
+                let mut ws = Ws {
+                    stream,
+                    hello: Value::Null,
+                };
+                let hello = ws.next().await.expect("hello frame");
+                assert_eq!(hello["type"], "hello", "{hello}");
+                ws.hello = hello;
+                Ok(ws)
+            }
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+
+    pub async fn send(&mut self, frame: Value) {
+        self.send_text(&frame.to_string()).await;
+    }
+
+    /// `false` if the connection is gone.
+    pub async fn try_send(&mut self, frame: &Value) -> bool {
+        self.stream
+            .send(Message::Text(frame.to_string().into()))
+            .await
+            .is_ok()
+    }
+
+    /// Sends every frame, keeping up to `window` unanswered; returns the answers (ack or
+    /// error) by request id. Pushes arriving meanwhile are skipped.
+    pub async fn send_all(
+        &mut self,
+        frames: &[Value],
+        window: usize,
+    ) -> std::collections::HashMap<String, Value> {
+        let mut answers = std::collections::HashMap::new();
+        let mut next = 0;
+        while answers.len() < frames.len() {
+            while next < frames.len() && next - answers.len() < window {
+                self.send(frames[next].clone()).await;
+                next += 1;
+            }
+            let f = self.next().await.expect("closed while sending");
+            if (f["type"] == "ack" || f["type"] == "error")
+                && let Some(id) = f["id"].as_str()
+            {
+                answers.insert(id.to_string(), f);
+            }
+        }
+        answers
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.stream
+            .send(Message::Text(text.to_string().into()))
+            .await
+            .expect("send a frame");
+    }
+
+    /// The next JSON frame, `None` once the connection closed. Panics after `WAIT`.
+    pub async fn next(&mut self) -> Option<Value> {
+        self.next_within(WAIT)
+            .await
+            .unwrap_or_else(|| panic!("no frame within {WAIT:?}"))
+    }
+
+    /// `None` if nothing came within `d`; `Some(None)` if the connection closed.
+    pub async fn next_within(&mut self, d: Duration) -> Option<Option<Value>> {
+        let deadline = tokio::time::Instant::now() + d;
+        loop {
+            let msg = match tokio::time::timeout_at(deadline, self.stream.next()).await {
+                Err(_) => return None,
+                Ok(m) => m,
+            };
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    return Some(Some(serde_json::from_str(t.as_str()).expect("JSON frame")));
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                Some(Ok(Message::Binary(_))) => panic!("binary frame from the server"),
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return Some(None),
+            }
+        }
+    }
+
+    /// The next frame, which must be of type `kind`.
+    pub async fn expect(&mut self, kind: &str) -> Value {
+        let f = self
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("closed while waiting for {kind}"));
+        assert_eq!(f["type"], kind, "expected a {kind} frame, got {f}");
+        f
+    }
+
+    /// Frames until one satisfies `pred` (returned); the others are returned too.
+    pub async fn until(&mut self, pred: impl Fn(&Value) -> bool) -> (Value, Vec<Value>) {
+        let mut before = Vec::new();
+        loop {
+            let f = self.next().await.expect("closed while waiting");
+            if pred(&f) {
+                return (f, before);
+            }
+            before.push(f);
+        }
+    }
+
+    /// Everything that arrives within `d`.
+    pub async fn drain(&mut self, d: Duration) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(Some(f)) = self.next_within(d).await {
+            out.push(f);
+        }
+        out
+    }
+
+    /// Reads until the server closes; its close code and reason.
+    pub async fn closed(&mut self) -> (Option<u16>, Vec<Value>) {
+        let mut frames = Vec::new();
+        loop {
+            let msg = tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("the server did not close within WAIT");
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    frames.push(serde_json::from_str(t.as_str()).unwrap())
+                }
+                Some(Ok(Message::Close(Some(c)))) => {
+                    let code: u16 = match c.code {
+                        CloseCode::Library(n) | CloseCode::Bad(n) | CloseCode::Reserved(n) => n,
+                        other => u16::from(other),
+                    };
+                    return (Some(code), frames);
+                }
+                Some(Ok(Message::Close(None))) | None | Some(Err(_)) => return (None, frames),
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.stream.close(None).await;
+    }
+}
+
+/// A `send` frame of a text message.
+pub fn text(id: &str, cmid: &str, to: Value, body: &str) -> Value {
+    let mut f = json!({
+        "type": "send", "id": id, "clientMsgId": cmid, "conversationType": 1,
+        "contentType": 1, "payload": {"text": body},
+    });
+    merge(&mut f, to);
+    f
+}
+
+/// `{"peerId": p}`.
+pub fn peer(p: &str) -> Value {
+    json!({ "peerId": p })
+}
+
+/// `{"conversationId": id}`.
+pub fn conv(id: i64) -> Value {
+    json!({ "conversationId": id })
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        a.extend(b);
+    }
+}

@@ -1,0 +1,1192 @@
+//! The messaging core end to end: the real binary on loopback, real WebSocket clients,
+//! every test on SQLite and (when `PG_TEST_URL` is set) on PostgreSQL.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use common::server::{Backend, Db, FAST, JWT_SECRET, Server, User, Ws, conv, peer, text};
+use serde_json::{Value, json};
+
+/// Each test once per backend: `sqlite::name` and `postgres::name`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(b) = super::Backend::postgres(stringify!($name)) {
+                        super::$name(b).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    multi_device_delivery_and_echo,
+    a_second_login_of_a_device_kicks_the_first_and_only_the_first,
+    the_same_client_msg_id_at_once_on_two_connections_is_one_message,
+    concurrent_senders_get_gapless_seqs_and_receivers_get_each_once_in_order,
+    acknowledged_messages_survive_kill_9,
+    live_kinds_are_pushed_and_never_stored,
+    unread_counts_reads_and_recalls,
+    recall_rules,
+    bad_input_gets_documented_codes,
+    accounts_and_tokens,
+    both_first_messages_at_once_make_one_private_conversation,
+    heartbeat_and_slow_consumers,
+    http_send_and_pull_paging,
+);
+
+async fn setup(backend: &Backend, name: &str, extra: &str) -> (Db, Server) {
+    let db = Db::new(backend, name).await;
+    let server = Server::start(&db, extra).await;
+    (db, server)
+}
+
+/// Sends and returns the ack (panics on an error frame).
+async fn send_ok(ws: &mut Ws, frame: Value) -> Value {
+    let id = frame["id"].clone();
+    ws.send(frame).await;
+    let (ack, _) = ws.until(|f| f["id"] == id).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    ack
+}
+
+/// Sends and returns the error frame's code.
+async fn send_err(ws: &mut Ws, frame: Value) -> Value {
+    let id = frame["id"].clone();
+    ws.send(frame).await;
+    let (err, _) = ws.until(|f| f["id"] == id).await;
+    assert_eq!(err["type"], "error", "{err}");
+    err
+}
+
+async fn multi_device_delivery_and_echo(b: Backend) {
+    let (_db, s) = setup(&b, "multi-device", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut a1 = s.connect(&alice, "phone").await;
+    let mut a2 = s.connect(&alice, "laptop").await;
+    let mut b1 = s.connect(&bob, "phone").await;
+    let mut b2 = s.connect(&bob, "laptop").await;
+
+    let ack = send_ok(&mut a1, text("r1", "m-1", peer("bob"), "hello bob")).await;
+    assert_eq!(
+        (ack["seq"].as_i64(), ack["duplicate"].as_bool()),
+        (Some(1), Some(false))
+    );
+    let cid = ack["conversationId"].as_i64().unwrap();
+    for ws in [&mut a2, &mut b1, &mut b2] {
+        let n = ws.expect("notify").await;
+        assert_eq!(n["conversationId"], cid);
+        assert_eq!(n["conversationType"], 1);
+        assert_eq!(n["seq"], 1);
+        assert_eq!(n["msgId"], ack["msgId"]);
+        assert_eq!(n["senderId"], "alice");
+        assert_eq!(n["contentType"], 1);
+        assert_eq!(n["payload"]["text"], "hello bob");
+        assert_eq!(n["serverTime"], ack["serverTime"]);
+    }
+    // The sending connection gets its ack, not its own message.
+    assert!(a1.drain(Duration::from_millis(300)).await.is_empty());
+
+    let ack = send_ok(&mut b2, text("r2", "m-2", conv(cid), "hi alice")).await;
+    assert_eq!(ack["seq"], 2);
+    for ws in [&mut a1, &mut a2, &mut b1] {
+        let n = ws.expect("notify").await;
+        assert_eq!(
+            (n["seq"].as_i64(), n["senderId"].as_str()),
+            (Some(2), Some("bob"))
+        );
+    }
+    assert!(b2.drain(Duration::from_millis(300)).await.is_empty());
+}
+
+async fn a_second_login_of_a_device_kicks_the_first_and_only_the_first(b: Backend) {
+    let (_db, s) = setup(&b, "kick", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut a = s.connect(&alice, "phone").await;
+    let mut old = s.connect(&bob, "phone").await;
+    let mut new = s.connect(&bob, "phone").await;
+    assert_ne!(old.hello["sessionId"], new.hello["sessionId"]);
+    let (code, frames) = old.closed().await;
+    assert_eq!(code, Some(4001));
+    assert_eq!(frames.last().unwrap()["type"], "kicked");
+    assert_eq!(frames.last().unwrap()["reason"], "replaced");
+    // The old connection's close came after the new one registered: the new one stays.
+    send_ok(&mut a, text("r1", "k-1", peer("bob"), "still there?")).await;
+    assert_eq!(
+        new.expect("notify").await["payload"]["text"],
+        "still there?"
+    );
+
+    // Many logins of one device at once: exactly one survives and gets the pushes.
+    let mut racers = Vec::new();
+    for _ in 0..6 {
+        let addr = s.addr.clone();
+        let token = bob.token.clone();
+        racers.push(tokio::spawn(async move {
+            Ws::connect(&addr, &token, "tablet").await.unwrap()
+        }));
+    }
+    let mut conns = Vec::new();
+    for r in racers {
+        conns.push(r.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    send_ok(
+        &mut a,
+        text("r2", "k-2", peer("bob"), "who has the tablet?"),
+    )
+    .await;
+    let mut survivors = 0;
+    let mut kicked = 0;
+    for mut c in conns {
+        match c.next_within(Duration::from_secs(3)).await {
+            Some(Some(f)) if f["type"] == "notify" => {
+                survivors += 1;
+                assert_eq!(f["payload"]["text"], "who has the tablet?");
+            }
+            Some(Some(f)) if f["type"] == "kicked" => {
+                kicked += 1;
+                assert_eq!(c.closed().await.0, Some(4001));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((survivors, kicked), (1, 5));
+    // The phone connection was never touched by the tablet's logins.
+    assert_eq!(
+        new.expect("notify").await["payload"]["text"],
+        "who has the tablet?"
+    );
+}
+
+async fn the_same_client_msg_id_at_once_on_two_connections_is_one_message(b: Backend) {
+    let (_db, s) = setup(&b, "dedupe", FAST).await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let mut first = s.connect(&alice, "phone").await;
+    let mut second = s.connect(&alice, "laptop").await;
+    let cid =
+        send_ok(&mut first, text("r0", "hello-0", peer("bob"), "first")).await["conversationId"]
+            .as_i64()
+            .unwrap();
+    second.expect("notify").await;
+    for round in 0..20 {
+        let cmid = format!("same-{round}");
+        let f1 = text("x", &cmid, conv(cid), &cmid);
+        let f2 = text("y", &cmid, conv(cid), &cmid);
+        let (a1, a2) = tokio::join!(first.send(f1), second.send(f2));
+        let ((), ()) = (a1, a2);
+        let (ack1, _) = first.until(|f| f["id"] == "x").await;
+        let (ack2, _) = second.until(|f| f["id"] == "y").await;
+        assert_eq!(ack1["type"], "ack");
+        assert_eq!(ack1["msgId"], ack2["msgId"], "{ack1} {ack2}");
+        assert_eq!(ack1["seq"], ack2["seq"]);
+        let dups = [
+            ack1["duplicate"].as_bool().unwrap(),
+            ack2["duplicate"].as_bool().unwrap(),
+        ];
+        assert!(dups.contains(&true) && dups.contains(&false), "{dups:?}");
+    }
+    let all = s.pull_all(&alice, cid).await;
+    assert_eq!(all.len(), 21);
+    let seqs: Vec<i64> = all.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=21).collect::<Vec<_>>());
+}
+
+async fn concurrent_senders_get_gapless_seqs_and_receivers_get_each_once_in_order(b: Backend) {
+    let (_db, s) = setup(&b, "storm", FAST).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    // Receivers: one stays online throughout, one leaves halfway and pulls the gap.
+    let mut steady = s.connect(&bob, "steady").await;
+    let mut flaky = s.connect(&bob, "flaky").await;
+    let mut opener = s.connect(&alice, "opener").await;
+    let cid = send_ok(&mut opener, text("r0", "open", peer("bob"), "open")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    steady.expect("notify").await;
+    flaky.expect("notify").await;
+
+    const SENDERS: usize = 8;
+    const EACH: usize = 40;
+    let mut tasks = Vec::new();
+    for i in 0..SENDERS {
+        let user = if i.is_multiple_of(2) {
+            alice.clone()
+        } else {
+            bob.clone()
+        };
+        let addr = s.addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ws = Ws::connect(&addr, &user.token, &format!("sender-{i}"))
+                .await
+                .unwrap();
+            for j in 0..EACH {
+                ws.send(text(
+                    &format!("{j}"),
+                    &format!("s{i}-{j}"),
+                    conv(cid),
+                    &format!("s{i}-{j}"),
+                ))
+                .await;
+            }
+            let mut acks = Vec::new();
+            while acks.len() < EACH {
+                let f = ws.next().await.unwrap();
+                if f["type"] == "ack" {
+                    acks.push(f["seq"].as_i64().unwrap());
+                } else {
+                    assert_eq!(f["type"], "notify", "{f}");
+                }
+            }
+            acks
+        }));
+    }
+    let total = SENDERS * EACH + 1;
+    // The flaky device reads a while, then drops.
+    let mut flaky_seen: Vec<i64> = vec![1];
+    while flaky_seen.len() < total / 3 {
+        let f = flaky.expect("notify").await;
+        flaky_seen.push(f["seq"].as_i64().unwrap());
+    }
+    flaky.close().await;
+
+    let mut acked = BTreeSet::new();
+    for t in tasks {
+        for seq in t.await.unwrap() {
+            assert!(acked.insert(seq), "seq {seq} acked twice");
+        }
+    }
+    assert_eq!(acked.len(), SENDERS * EACH);
+
+    let mut steady_seen = vec![1];
+    while steady_seen.len() < total {
+        let f = steady.expect("notify").await;
+        steady_seen.push(f["seq"].as_i64().unwrap());
+    }
+    let all_seqs: Vec<i64> = (1..=total as i64).collect();
+    assert_eq!(
+        steady_seen, all_seqs,
+        "the online device got every seq once, in order"
+    );
+
+    // The flaky device catches up from its cursor: push ∪ pull is every message once.
+    let cursor = *flaky_seen.last().unwrap();
+    assert_eq!(
+        flaky_seen,
+        (1..=cursor).collect::<Vec<_>>(),
+        "pushes come in seq order"
+    );
+    let mut after = cursor;
+    loop {
+        let page = s
+            .get(
+                &bob,
+                &format!("/v1/conversations/{cid}/messages?afterSeq={after}&limit=37"),
+            )
+            .await;
+        for m in page["messages"].as_array().unwrap() {
+            flaky_seen.push(m["seq"].as_i64().unwrap());
+            after = m["seq"].as_i64().unwrap();
+        }
+        if !page["hasMore"].as_bool().unwrap() {
+            break;
+        }
+    }
+    assert_eq!(flaky_seen, all_seqs);
+    // Each sender's messages are there once, with the text it sent.
+    let texts: BTreeSet<String> = s
+        .pull_all(&alice, cid)
+        .await
+        .iter()
+        .map(|m| m["payload"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts.len(), total);
+}
+
+async fn acknowledged_messages_survive_kill_9(b: Backend) {
+    let (_db, mut s) = setup(&b, "kill9", FAST).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut opener = s.connect(&alice, "opener").await;
+    let cid = send_ok(&mut opener, text("r0", "open", peer("bob"), "open")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    drop(opener);
+
+    // Senders pipeline as fast as they can; the server is killed under them.
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut tasks = Vec::new();
+    for i in 0..6usize {
+        let user = if i.is_multiple_of(2) {
+            alice.clone()
+        } else {
+            bob.clone()
+        };
+        let addr = s.addr.clone();
+        let mut stop = stop_tx.subscribe();
+        tasks.push(tokio::spawn(async move {
+            let mut ws = Ws::connect(&addr, &user.token, &format!("d{i}")).await.unwrap();
+            let mut acked: HashMap<String, (i64, String)> = HashMap::new();
+            let mut sent = Vec::new();
+            let mut j = 0;
+            loop {
+                // Keep up to 32 sends in flight.
+                while sent.len() - acked.len() < 32 && j < 2000 {
+                    let cmid = format!("k{i}-{j}");
+                    let f = text(&cmid, &cmid, conv(cid), &cmid);
+                    // Counted as sent before it leaves: it may reach the server either way.
+                    sent.push(cmid);
+                    j += 1;
+                    if !ws.try_send(&f).await {
+                        return (acked, sent);
+                    }
+                }
+                if j == 2000 && sent.len() == acked.len() {
+                    let _ = stop.recv().await;
+                    return (acked, sent);
+                }
+                tokio::select! {
+                    f = ws.next_within(Duration::from_secs(5)) => match f {
+                        Some(Some(f)) if f["type"] == "ack" => {
+                            acked.insert(f["id"].as_str().unwrap().to_string(), (f["seq"].as_i64().unwrap(), f["msgId"].as_str().unwrap().to_string()));
+                        }
+                        Some(Some(_)) => {}
+                        _ => return (acked, sent),
+                    },
+                    _ = stop.recv() => return (acked, sent),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.kill9();
+    let _ = stop_tx.send(());
+    let mut acked: HashMap<String, (i64, String)> = HashMap::new();
+    let mut sent: Vec<String> = Vec::new();
+    for t in tasks {
+        let (a, s) = t.await.unwrap();
+        acked.extend(a);
+        sent.extend(s);
+    }
+    assert!(
+        acked.len() > 50,
+        "the storm was too small to mean anything: {}",
+        acked.len()
+    );
+
+    s.restart();
+    let stored = s.pull_all(&alice, cid).await;
+    let by_text: HashMap<String, &Value> = stored
+        .iter()
+        .map(|m| (m["payload"]["text"].as_str().unwrap().to_string(), m))
+        .collect();
+    assert_eq!(by_text.len(), stored.len(), "a message is stored twice");
+    let seqs: Vec<i64> = stored.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=stored.len() as i64).collect::<Vec<_>>(),
+        "seqs have a gap"
+    );
+    for (cmid, (seq, msg_id)) in &acked {
+        let m = by_text
+            .get(cmid)
+            .unwrap_or_else(|| panic!("acked {cmid} is lost"));
+        assert_eq!(
+            (m["seq"].as_i64().unwrap(), m["msgId"].as_str().unwrap()),
+            (*seq, msg_id.as_str())
+        );
+    }
+
+    // Resending everything (as clients do after a reconnect) stores each message once.
+    let mut a = s.connect(&alice, "resend").await;
+    let mut bws = s.connect(&bob, "resend").await;
+    let (mut of_a, mut of_b) = (Vec::new(), Vec::new());
+    for cmid in &sent {
+        let i: usize = cmid[1..].split('-').next().unwrap().parse().unwrap();
+        let f = text(cmid, cmid, conv(cid), cmid);
+        if i.is_multiple_of(2) {
+            of_a.push(f)
+        } else {
+            of_b.push(f)
+        }
+    }
+    let (mut answers, from_b) = tokio::join!(a.send_all(&of_a, 64), bws.send_all(&of_b, 64));
+    answers.extend(from_b);
+    for (cmid, ack) in &answers {
+        assert_eq!(ack["type"], "ack", "{ack}");
+        if let Some((seq, msg_id)) = acked.get(cmid) {
+            assert_eq!(ack["duplicate"], true);
+            assert_eq!(
+                (ack["seq"].as_i64().unwrap(), ack["msgId"].as_str().unwrap()),
+                (*seq, msg_id.as_str())
+            );
+        }
+    }
+    let stored = s.pull_all(&alice, cid).await;
+    assert_eq!(stored.len(), sent.len() + 1);
+}
+
+async fn live_kinds_are_pushed_and_never_stored(b: Backend) {
+    let (_db, s) = setup(&b, "live", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut a = s.connect(&alice, "phone").await;
+    let cid = send_ok(&mut a, text("r0", "open", peer("bob"), "open")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let mut b1 = s.connect(&bob, "phone").await;
+    let typing = json!({"type": "send", "id": "t1", "clientMsgId": "t-1", "conversationType": 1,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}});
+    let ack = send_ok(&mut a, typing).await;
+    assert_eq!(
+        (ack["live"].as_bool(), ack["delivered"].as_u64()),
+        (Some(true), Some(1))
+    );
+    assert!(ack.get("seq").is_none());
+    let n = b1.expect("notify").await;
+    assert_eq!(
+        (n["contentType"].as_u64(), n["senderId"].as_str()),
+        (Some(5), Some("alice"))
+    );
+    assert!(n.get("seq").is_none() && n.get("msgId").is_none(), "{n}");
+
+    let call = json!({"type": "send", "id": "c1", "clientMsgId": "c-1", "conversationType": 1,
+        "peerId": "bob", "contentType": 6,
+        "payload": {"action": "invite", "callId": "call-1", "media": "video"}});
+    a.send(call).await;
+    let (ack, _) = a.until(|f| f["id"] == "c1").await;
+    if ack["type"] == "error" {
+        panic!("rtc-call offer refused: {ack}");
+    }
+    assert_eq!(b1.expect("notify").await["contentType"], 6);
+
+    // Nothing live is pulled, counted or replayed to a device that comes later.
+    let pulled = s.pull_all(&bob, cid).await;
+    assert_eq!(pulled.len(), 1);
+    let overview = s.get(&bob, "/v1/conversations").await;
+    assert_eq!(overview["conversations"][0]["unread"], 1);
+    assert_eq!(overview["conversations"][0]["lastSeq"], 1);
+    let mut late = s.connect(&bob, "laptop").await;
+    assert!(late.drain(Duration::from_millis(500)).await.is_empty());
+    // With nobody of bob's online, a live send reaches no one and is not kept.
+    drop(b1);
+    late.close().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let typing = json!({"type": "send", "id": "t2", "clientMsgId": "t-2", "conversationType": 1,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}});
+    assert_eq!(send_ok(&mut a, typing).await["delivered"], 0);
+    let mut back = s.connect(&bob, "phone").await;
+    assert!(back.drain(Duration::from_millis(500)).await.is_empty());
+}
+
+async fn overview_entry(s: &Server, u: &User, cid: i64) -> Value {
+    s.get(u, &format!("/v1/conversations/{cid}")).await
+}
+
+async fn unread_counts_reads_and_recalls(b: Backend) {
+    let (_db, s) = setup(&b, "unread", FAST).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut a = s.connect(&alice, "phone").await;
+    let mut b1 = s.connect(&bob, "phone").await;
+    let mut b2 = s.connect(&bob, "laptop").await;
+    let mut cid = 0;
+    for i in 1..=3 {
+        cid = send_ok(
+            &mut a,
+            text(&format!("r{i}"), &format!("u{i}"), peer("bob"), "x"),
+        )
+        .await["conversationId"]
+            .as_i64()
+            .unwrap();
+    }
+    let e = overview_entry(&s, &bob, cid).await;
+    assert_eq!(
+        (
+            e["unread"].as_i64(),
+            e["readSeq"].as_i64(),
+            e["lastSeq"].as_i64()
+        ),
+        (Some(3), Some(0), Some(3))
+    );
+    assert_eq!(e["peerId"], "alice");
+    // Own messages never count.
+    assert_eq!(overview_entry(&s, &alice, cid).await["unread"], 0);
+
+    // Reading on one device: acked, pushed to the other device and to the peer.
+    b1.drain(Duration::from_millis(200)).await;
+    b2.drain(Duration::from_millis(200)).await;
+    a.drain(Duration::from_millis(200)).await;
+    b1.send(json!({"type": "read", "id": "rd", "conversationId": cid, "seq": 2}))
+        .await;
+    let (ack, _) = b1.until(|f| f["id"] == "rd").await;
+    assert_eq!(
+        (
+            ack["readSeq"].as_i64(),
+            ack["moved"].as_bool(),
+            ack["unread"].as_i64()
+        ),
+        (Some(2), Some(true), Some(1))
+    );
+    let other = b2.expect("read").await;
+    assert_eq!(
+        (
+            other["readSeq"].as_i64(),
+            other["unread"].as_i64(),
+            other["userId"].as_str()
+        ),
+        (Some(2), Some(1), Some("bob"))
+    );
+    let receipt = a.expect("read").await;
+    assert_eq!(
+        (receipt["readSeq"].as_i64(), receipt["userId"].as_str()),
+        (Some(2), Some("bob"))
+    );
+    assert!(receipt.get("unread").is_none());
+    let pos = s
+        .get(&alice, &format!("/v1/conversations/{cid}/read-positions"))
+        .await;
+    assert_eq!(pos["positions"], json!([{"userId": "bob", "readSeq": 2}]));
+
+    // A lower read position is ignored and says so.
+    b2.send(json!({"type": "read", "id": "back", "conversationId": cid, "seq": 1}))
+        .await;
+    let (ack, _) = b2.until(|f| f["id"] == "back").await;
+    assert_eq!(
+        (ack["readSeq"].as_i64(), ack["moved"].as_bool()),
+        (Some(2), Some(false))
+    );
+    assert_eq!(overview_entry(&s, &bob, cid).await["readSeq"], 2);
+    // Beyond the end is the end.
+    let (st, r) = s
+        .http(
+            "POST",
+            &format!("/v1/conversations/{cid}/read"),
+            Some(&bob.token),
+            Some(json!({"seq": 99})),
+        )
+        .await;
+    assert_eq!(
+        (st, r["readSeq"].as_i64(), r["unread"].as_i64()),
+        (200, Some(3), Some(0))
+    );
+
+    // Recalling an unread message stops it counting; the recall itself never counts.
+    let m4 = send_ok(&mut a, text("r4", "u4", conv(cid), "four")).await["seq"]
+        .as_i64()
+        .unwrap();
+    send_ok(&mut a, text("r5", "u5", conv(cid), "five")).await;
+    assert_eq!(overview_entry(&s, &bob, cid).await["unread"], 2);
+    let recall = json!({"type": "send", "id": "rc", "clientMsgId": "rc-1", "conversationType": 1,
+        "conversationId": cid, "contentType": 4, "payload": {"seq": m4}});
+    let ack = send_ok(&mut a, recall).await;
+    assert_eq!(ack["seq"], 6);
+    let e = overview_entry(&s, &bob, cid).await;
+    assert_eq!(
+        (e["unread"].as_i64(), e["lastSeq"].as_i64()),
+        (Some(1), Some(6))
+    );
+    assert_eq!(e["lastMessage"]["contentType"], 4);
+    // Sending moves the sender's own read position: both of bob's devices agree.
+    let ack = send_ok(&mut b2, text("r6", "u6", conv(cid), "seen")).await;
+    assert_eq!(ack["seq"], 7);
+    let e = overview_entry(&s, &bob, cid).await;
+    assert_eq!(
+        (e["unread"].as_i64(), e["readSeq"].as_i64()),
+        (Some(0), Some(7))
+    );
+    assert_eq!(overview_entry(&s, &alice, cid).await["unread"], 1);
+}
+
+async fn recall_rules(b: Backend) {
+    let (_db, s) = setup(&b, "recall", "[messaging]\nrecall_window_secs = 2\n").await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let bob = User {
+        id: "bob".into(),
+        token: courier::auth::Tokens::new(JWT_SECRET.as_bytes(), 60)
+            .issue("bob")
+            .0,
+    };
+    let mut a = s.connect(&alice, "phone").await;
+    let mut bw = s.connect(&bob, "phone").await;
+    let cid = send_ok(&mut a, text("r1", "q1", peer("bob"), "mine")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let bobs = send_ok(&mut bw, text("r2", "q2", conv(cid), "his")).await["seq"]
+        .as_i64()
+        .unwrap();
+    let recall = |id: &str, seq: i64| {
+        json!({"type": "send", "id": id, "clientMsgId": id, "conversationType": 1,
+            "conversationId": cid, "contentType": 4, "payload": {"seq": seq}})
+    };
+    assert_eq!(
+        send_err(&mut a, recall("x1", bobs)).await["code"],
+        "recall_not_own_message"
+    );
+    assert_eq!(
+        send_err(&mut a, recall("x2", 99)).await["code"],
+        "message_not_found"
+    );
+    let ev = send_ok(&mut a, recall("x3", 1)).await["seq"]
+        .as_i64()
+        .unwrap();
+    // The peer sees the recall event as a push.
+    let (n, _) = bw.until(|f| f["contentType"] == 4).await;
+    assert_eq!(n["payload"]["seq"], 1);
+    assert_eq!(
+        send_err(&mut a, recall("x4", 1)).await["code"],
+        "already_recalled"
+    );
+    assert_eq!(
+        send_err(&mut a, recall("x5", ev)).await["code"],
+        "message_not_recallable"
+    );
+    let pulled = s.pull_all(&bob, cid).await;
+    assert_eq!(pulled[0]["payload"], Value::Null);
+    assert_eq!(pulled[0]["recalledBy"], ev);
+    assert_eq!(pulled[1]["payload"]["text"], "his");
+    let late = send_ok(&mut a, text("r3", "q3", conv(cid), "late")).await["seq"]
+        .as_i64()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    assert_eq!(
+        send_err(&mut a, recall("x6", late)).await["code"],
+        "recall_window_expired"
+    );
+}
+
+async fn bad_input_gets_documented_codes(b: Backend) {
+    let extra = "[gateway]\nmax_frame_bytes = 4096\nsend_rate_per_sec = 1\nsend_burst = 40\n\
+                 [plugins.image]\nenabled = false\n";
+    let (_db, s) = setup(&b, "bad-input", extra).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let carol = s.user("carol").await;
+    let mut a = s.connect(&alice, "phone").await;
+    let mut c = s.connect(&carol, "phone").await;
+    let cid = send_ok(&mut a, text("r0", "b0", peer("bob"), "hi")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+
+    // Each error comes back with the request id where it could be read, and the
+    // connection stays usable.
+    let cases: Vec<(String, Option<&str>, &str)> = vec![
+        ("{not json".into(), None, "bad_frame"),
+        ("[1,2]".into(), None, "bad_frame"),
+        (json!({"id": "n1"}).to_string(), Some("n1"), "bad_frame"),
+        (json!({"type": "subscribe", "id": "u1"}).to_string(), Some("u1"), "unknown_frame_type"),
+        (json!({"type": "send", "id": "s1", "conversationType": 1}).to_string(), Some("s1"), "bad_frame"),
+        ("x".repeat(5000), None, "frame_too_large"),
+        (text("s2", "b2", conv(cid), "").to_string(), Some("s2"), "payload_invalid"),
+        (json!({"type": "send", "id": "s3", "clientMsgId": "b3", "conversationType": 1, "conversationId": cid,
+            "contentType": 2, "payload": {"url": "https://x/y.png", "width": 1, "height": 1}}).to_string(), Some("s3"), "content_type_disabled"),
+        (json!({"type": "send", "id": "s4", "clientMsgId": "b4", "conversationType": 1, "conversationId": cid,
+            "contentType": 4242, "payload": {}}).to_string(), Some("s4"), "content_type_unknown"),
+        (json!({"type": "send", "id": "s5", "clientMsgId": "b5", "conversationType": 1, "conversationId": cid,
+            "contentType": 8, "payload": {"userId": "bob"}}).to_string(), Some("s5"), "content_type_forbidden"),
+        (json!({"type": "send", "id": "s6", "clientMsgId": "b6", "conversationType": 0, "conversationId": cid,
+            "contentType": 1, "payload": {"text": "x"}}).to_string(), Some("s6"), "conversation_type_not_allowed"),
+        (text("s7", "b7", peer("nobody"), "x").to_string(), Some("s7"), "user_not_found"),
+        (text("s8", "b8", peer("alice"), "me").to_string(), Some("s8"), "bad_request"),
+        (text("s9", "", conv(cid), "x").to_string(), Some("s9"), "bad_request"),
+    ];
+    for (frame, id, code) in &cases {
+        a.send_text(frame).await;
+        let err = a.expect("error").await;
+        assert_eq!(
+            (err["code"].as_str(), err["id"].as_str()),
+            (Some(*code), *id),
+            "{frame:.80}: {err}"
+        );
+        assert!(!err["message"].as_str().unwrap().is_empty());
+    }
+    let invalid = {
+        a.send(text("s10", "b10", conv(cid), "")).await;
+        a.expect("error").await
+    };
+    assert!(
+        invalid["reason"].is_string(),
+        "payload_invalid carries the plugin's reason: {invalid}"
+    );
+    a.send(json!({"type": "ping", "id": "p"})).await;
+    assert_eq!(a.expect("pong").await["id"], "p");
+
+    // Someone else's conversation: no sending, no reading, no pulling.
+    assert_eq!(
+        send_err(&mut c, text("c1", "c1", conv(cid), "hi")).await["code"],
+        "not_a_member"
+    );
+    c.send(json!({"type": "read", "id": "c2", "conversationId": cid, "seq": 1}))
+        .await;
+    assert_eq!(c.expect("error").await["code"], "not_a_member");
+    for path in [
+        format!("/v1/conversations/{cid}/messages"),
+        format!("/v1/conversations/{cid}"),
+        format!("/v1/conversations/{cid}/read-positions"),
+    ] {
+        let (st, body) = s.http("GET", &path, Some(&carol.token), None).await;
+        assert_eq!(
+            (st, body["error"]["code"].as_str()),
+            (403, Some("not_a_member")),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        send_err(&mut c, text("c3", "c3", conv(987654), "hi")).await["code"],
+        "not_a_member"
+    );
+    // A type that does not match the conversation's.
+    let group_text = json!({"type": "send", "id": "g1", "clientMsgId": "g1", "conversationType": 2,
+        "conversationId": cid, "contentType": 1, "payload": {"text": "x"}});
+    assert_eq!(
+        send_err(&mut a, group_text).await["code"],
+        "conversation_type_mismatch"
+    );
+    // Nothing of it was stored.
+    assert_eq!(s.pull_all(&bob, cid).await.len(), 1);
+
+    // Bad tokens never upgrade.
+    assert_eq!(Ws::connect(&s.addr, "nonsense", "d").await.err(), Some(401));
+    let forged = courier::auth::Tokens::new(b"some-other-key-some-other-key-0123", 60)
+        .issue("alice")
+        .0;
+    assert_eq!(Ws::connect(&s.addr, &forged, "d").await.err(), Some(401));
+    assert_eq!(
+        Ws::connect(&s.addr, &alice.token, "bad*device").await.err(),
+        Some(400)
+    );
+    let (st, body) = s
+        .http("GET", "/v1/conversations", Some("nonsense"), None)
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+
+    // The send rate: a burst of 40, then 1 per second (per connection).
+    let mut fresh = s.connect(&alice, "rate").await;
+    let mut limited = 0;
+    for i in 0..45 {
+        fresh
+            .send(text(&format!("rl{i}"), &format!("rl{i}"), conv(cid), "r"))
+            .await;
+    }
+    for _ in 0..45 {
+        let f = fresh.next().await.unwrap();
+        if f["type"] == "error" {
+            assert_eq!(f["code"], "rate_limited");
+            limited += 1;
+        }
+    }
+    assert!((4..=5).contains(&limited), "{limited} of 45 limited");
+
+    // A frame far above the limit closes the connection (1009), and nothing else.
+    a.send_text(&"y".repeat(20_000)).await;
+    assert_eq!(a.closed().await.0, Some(1009));
+    let mut again = s.connect(&alice, "phone").await;
+    again.send(json!({"type": "ping"})).await;
+    again.expect("pong").await;
+}
+
+async fn accounts_and_tokens(b: Backend) {
+    let (_db, s) = setup(&b, "accounts", "").await;
+    s.user("alice").await;
+    let (st, body) = s
+        .http(
+            "POST",
+            "/v1/auth/register",
+            None,
+            Some(json!({"userId": "alice", "password": "another-password"})),
+        )
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (409, Some("user_exists"))
+    );
+    let (st, body) = s
+        .http(
+            "POST",
+            "/v1/auth/register",
+            None,
+            Some(json!({"userId": "x", "password": "short"})),
+        )
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+    let (st, body) = s
+        .http(
+            "POST",
+            "/v1/auth/login",
+            None,
+            Some(json!({"userId": "alice", "password": "wrong-password"})),
+        )
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (401, Some("invalid_credentials"))
+    );
+    let (st, body) = s
+        .http(
+            "POST",
+            "/v1/auth/login",
+            None,
+            Some(json!({"userId": "nobody", "password": "wrong-password"})),
+        )
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (401, Some("invalid_credentials"))
+    );
+    let (st, body) = s
+        .http(
+            "POST",
+            "/v1/auth/login",
+            None,
+            Some(json!({"userId": "alice", "password": "password-of-"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    let alice = User {
+        id: "alice".into(),
+        token: body["token"].as_str().unwrap().into(),
+    };
+    assert!(body["expiresAt"].as_i64().unwrap() > 0);
+
+    // A token the deployer's backend signed with the shared key: the user becomes known
+    // and can be messaged.
+    let dave = User {
+        id: "dave".into(),
+        token: courier::auth::Tokens::new(JWT_SECRET.as_bytes(), 60)
+            .issue("dave")
+            .0,
+    };
+    let mut d = s.connect(&dave, "web").await;
+    let mut a = s.connect(&alice, "web").await;
+    send_ok(&mut a, text("r1", "t1", peer("dave"), "hello dave")).await;
+    assert_eq!(d.expect("notify").await["payload"]["text"], "hello dave");
+    // The token as a header works too, and every endpoint but health and auth needs one.
+    let (st, _) = s
+        .http("GET", "/v1/conversations", Some(&dave.token), None)
+        .await;
+    assert_eq!(st, 200);
+    for (m, p) in [
+        ("GET", "/v1/conversations"),
+        ("GET", "/v1/plugins"),
+        ("POST", "/v1/messages"),
+        ("GET", "/v1/conversations/1/messages"),
+    ] {
+        let (st, body) = s.http(m, p, None, None).await;
+        assert_eq!(
+            (st, body["error"]["code"].as_str()),
+            (401, Some("unauthorized")),
+            "{m} {p}"
+        );
+    }
+    let (st, _) = s.http("GET", "/healthz", None, None).await;
+    assert_eq!(st, 200);
+}
+
+async fn both_first_messages_at_once_make_one_private_conversation(b: Backend) {
+    let (_db, s) = setup(&b, "pairs", FAST).await;
+    let mut users = Vec::new();
+    for i in 0..6 {
+        users.push(s.user(&format!("u{i}")).await);
+    }
+    let mut conns = Vec::new();
+    for u in &users {
+        conns.push(s.connect(u, "d").await);
+    }
+    // Every pair writes to each other at the same instant.
+    for (i, ws) in conns.iter_mut().enumerate() {
+        for j in 0..users.len() {
+            if i != j {
+                ws.send(text(
+                    &format!("to{j}"),
+                    &format!("hi-{i}-{j}"),
+                    peer(&format!("u{j}")),
+                    "hi",
+                ))
+                .await;
+            }
+        }
+    }
+    let mut ids: BTreeMap<(usize, usize), i64> = BTreeMap::new();
+    for (i, ws) in conns.iter_mut().enumerate() {
+        let mut acks = 0;
+        while acks < users.len() - 1 {
+            let f = ws.next().await.unwrap();
+            if f["type"] == "ack" {
+                acks += 1;
+                let j: usize = f["id"].as_str().unwrap()[2..].parse().unwrap();
+                let id = f["conversationId"].as_i64().unwrap();
+                if let Some(old) = ids.insert((i.min(j), i.max(j)), id) {
+                    assert_eq!(old, id, "two conversations for {i},{j}");
+                }
+            }
+        }
+    }
+    assert_eq!(ids.len(), 15);
+    let distinct: BTreeSet<i64> = ids.values().copied().collect();
+    assert_eq!(distinct.len(), 15);
+    for u in &users {
+        let list = s.get(u, "/v1/conversations").await;
+        assert_eq!(list["conversations"].as_array().unwrap().len(), 5);
+        for c in list["conversations"].as_array().unwrap() {
+            assert_eq!(c["lastSeq"], 2);
+        }
+    }
+}
+
+async fn heartbeat_and_slow_consumers(b: Backend) {
+    let extra = "[gateway]\nheartbeat_secs = 2\noutbox_frames = 16\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
+    let (_db, s) = setup(&b, "heartbeat", extra).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    // A silent device is dropped; one that pings stays.
+    let mut silent = s.connect(&bob, "silent").await;
+    let mut pinger = s.connect(&alice, "pinger").await;
+    let started = std::time::Instant::now();
+    let pinging = tokio::spawn(async move {
+        for _ in 0..8 {
+            pinger.send(json!({"type": "ping"})).await;
+            pinger.expect("pong").await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        pinger
+    });
+    assert_eq!(silent.closed().await.0, Some(4000));
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    let mut pinger = pinging.await.unwrap();
+    pinger.send(json!({"type": "ping"})).await;
+    pinger.expect("pong").await;
+
+    // A reader that stops reading is disconnected once its queue overflows, and pulls
+    // everything after reconnecting.
+    let mut stuck = s.connect(&bob, "stuck").await;
+    // 3990 four-byte characters: within text's 4000 characters and 16 KiB.
+    let big = "😀".repeat(3990);
+    let cid = send_ok(
+        &mut pinger,
+        text("first", "slow-first", peer("bob"), "first"),
+    )
+    .await["conversationId"]
+        .as_i64()
+        .unwrap();
+    // Rounds of 100 pipelined sends until the server reports the slow reader (kernel
+    // buffers on loopback hold a few MB first).
+    for round in 0..40 {
+        let frames: Vec<Value> = (0..100)
+            .map(|i| {
+                text(
+                    &format!("{round}-{i}"),
+                    &format!("slow-{round}-{i}"),
+                    conv(cid),
+                    &big,
+                )
+            })
+            .collect();
+        let answers = pinger.send_all(&frames, 100).await;
+        assert!(
+            answers.values().all(|a| a["type"] == "ack"),
+            "{:?}",
+            answers.values().find(|a| a["type"] != "ack")
+        );
+        if s.log().contains("slow_consumer") {
+            break;
+        }
+    }
+    let (code, _) = stuck.closed().await;
+    assert_eq!(
+        code,
+        Some(4008),
+        "the slow reader is closed as slow_consumer"
+    );
+    let pulled = s.pull_all(&bob, cid).await;
+    assert!(
+        pulled.len() >= 100
+            && pulled
+                .iter()
+                .enumerate()
+                .all(|(i, m)| m["seq"] == i as i64 + 1)
+    );
+}
+
+async fn http_send_and_pull_paging(b: Backend) {
+    let (_db, s) = setup(&b, "http-send", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut bw = s.connect(&bob, "phone").await;
+    let body = |cmid: &str, to: Value| {
+        let mut v = json!({"clientMsgId": cmid, "conversationType": 1, "contentType": 1, "payload": {"text": cmid}});
+        v.as_object_mut()
+            .unwrap()
+            .extend(to.as_object().unwrap().clone());
+        v
+    };
+    let (st, ack) = s
+        .http(
+            "POST",
+            "/v1/messages",
+            Some(&alice.token),
+            Some(body("h0", peer("bob"))),
+        )
+        .await;
+    assert_eq!(
+        (st, ack["seq"].as_i64(), ack["duplicate"].as_bool()),
+        (200, Some(1), Some(false)),
+        "{ack}"
+    );
+    let cid = ack["conversationId"].as_i64().unwrap();
+    assert_eq!(bw.expect("notify").await["msgId"], ack["msgId"]);
+    let (_, again) = s
+        .http(
+            "POST",
+            "/v1/messages",
+            Some(&alice.token),
+            Some(body("h0", peer("bob"))),
+        )
+        .await;
+    assert_eq!(
+        (again["msgId"].clone(), again["duplicate"].as_bool()),
+        (ack["msgId"].clone(), Some(true))
+    );
+    for i in 1..120 {
+        let (st, _) = s
+            .http(
+                "POST",
+                "/v1/messages",
+                Some(&alice.token),
+                Some(body(&format!("h{i}"), conv(cid))),
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    // Forwards: default page 100; backwards: default 50, newest last.
+    let page = s
+        .get(&bob, &format!("/v1/conversations/{cid}/messages"))
+        .await;
+    assert_eq!(
+        (
+            page["messages"].as_array().unwrap().len(),
+            page["hasMore"].as_bool()
+        ),
+        (100, Some(true))
+    );
+    assert_eq!(page["lastSeq"], 120);
+    let hist = s
+        .get(
+            &bob,
+            &format!("/v1/conversations/{cid}/messages?beforeSeq=121"),
+        )
+        .await;
+    let seqs: Vec<i64> = hist["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, (71..=120).collect::<Vec<_>>());
+    assert_eq!(hist["hasMore"], true);
+    let hist = s
+        .get(
+            &bob,
+            &format!("/v1/conversations/{cid}/messages?beforeSeq=5&limit=10"),
+        )
+        .await;
+    assert_eq!(hist["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(hist["hasMore"], false);
+    let big = s
+        .get(
+            &bob,
+            &format!("/v1/conversations/{cid}/messages?afterSeq=0&limit=100000"),
+        )
+        .await;
+    assert_eq!(big["messages"].as_array().unwrap().len(), 120);
+    let (st, e) = s
+        .http(
+            "GET",
+            &format!("/v1/conversations/{cid}/messages?afterSeq=1&beforeSeq=9"),
+            Some(&bob.token),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+    // Overview paging with a cursor.
+    let carol = s.user("carol").await;
+    for p in ["alice", "bob"] {
+        let (st, _) = s
+            .http(
+                "POST",
+                "/v1/messages",
+                Some(&carol.token),
+                Some(body(&format!("c-{p}"), peer(p))),
+            )
+            .await;
+        assert_eq!(st, 200);
+    }
+    let first = s.get(&carol, "/v1/conversations?limit=1").await;
+    assert_eq!(first["conversations"][0]["peerId"], "bob");
+    let cursor = first["nextCursor"].as_str().unwrap();
+    let second = s
+        .get(
+            &carol,
+            &format!("/v1/conversations?limit=1&cursor={cursor}"),
+        )
+        .await;
+    assert_eq!(second["conversations"][0]["peerId"], "alice");
+    let third = s
+        .get(
+            &carol,
+            &format!(
+                "/v1/conversations?limit=1&cursor={}",
+                second["nextCursor"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert!(third["conversations"].as_array().unwrap().is_empty());
+    // A live kind over HTTP.
+    let (st, live) = s
+        .http(
+            "POST",
+            "/v1/messages",
+            Some(&alice.token),
+            Some(json!({"clientMsgId": "l1", "conversationType": 1,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}})),
+        )
+        .await;
+    assert_eq!(
+        (st, live["live"].as_bool(), live["delivered"].as_u64()),
+        (200, Some(true), Some(1)),
+        "{live}"
+    );
+    let (st, e) = s
+        .http_raw("POST", "/v1/messages", Some(&alice.token), "{oops")
+        .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("bad_request"))
+    );
+}

@@ -221,7 +221,8 @@ async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usiz
         let a = format!("{tag}ls{i}");
         let b = format!("{tag}lr{i}");
         http(addr, "GET", "/v1/conversations", &b, "").await;
-        convs.push((a.clone(), b, open(addr, &a, &b).await));
+        let cid = open(addr, &a, &b).await;
+        convs.push((a, b, cid));
     }
     let per_sender = rate as f64 / PAIRS as f64;
     let total_each = (per_sender * secs) as u64;
@@ -425,11 +426,24 @@ async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
     (per, before, after)
 }
 
+/// Whether a phase is selected by `BENCH_PHASES` (comma-separated: tp, lat, pull, live,
+/// mem; all when unset).
+fn phase(name: &str) -> bool {
+    std::env::var("BENCH_PHASES").map_or(true, |p| p.split(',').any(|x| x.trim() == name))
+}
+
 async fn run(db: &str, url: &str, dir: PathBuf, secs: f64) -> HashMap<&'static str, String> {
     let mut out = HashMap::new();
     let server = Server::start(&dir, url, "");
-    eprintln!("[{db}] server on {}", server.addr);
+    eprintln!(
+        "[{db}] server on {} (pid {})",
+        server.addr,
+        server.child.id()
+    );
     for (senders, key) in [(1, "tp1"), (16, "tp16"), (256, "tp256")] {
+        if !phase("tp") {
+            break;
+        }
         let r = throughput(&server.addr, &format!("{key}x"), senders, 64, secs).await;
         eprintln!("[{db}] throughput, {senders} senders: {r:.0} msgs/s");
         out.insert(key, format!("{r:.0}"));

@@ -103,7 +103,7 @@ impl Default for StorageConfig {
             url: "sqlite://data/courier.db".into(),
             sqlite_synchronous: SqliteSync::Full,
             max_connections: 8,
-            batch_max: 512,
+            batch_max: 4096,
         }
     }
 }
@@ -297,9 +297,9 @@ impl Config {
                 "storage.url must start with sqlite: or postgres:".into(),
             ));
         }
-        if self.storage.max_connections == 0 || !(1..=4096).contains(&self.storage.batch_max) {
+        if self.storage.max_connections == 0 || !(1..=16384).contains(&self.storage.batch_max) {
             return Err(ConfigError::Check(
-                "storage.max_connections must be positive and storage.batch_max 1..=4096".into(),
+                "storage.max_connections must be positive and storage.batch_max 1..=16384".into(),
             ));
         }
         if let Some(secret) = &self.auth.jwt_secret

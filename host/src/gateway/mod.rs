@@ -64,7 +64,7 @@ pub async fn upgrade(
     Ok(ws
         .max_message_size(max * 4)
         .max_frame_size(max * 4)
-        .read_buffer_size(4096)
+        .read_buffer_size(1024)
         .write_buffer_size(0)
         .on_upgrade(move |socket| run(core, socket, user_id, device_id))
         .into_response())
@@ -138,7 +138,9 @@ async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id:
                 };
                 silence.as_mut().reset(tokio::time::Instant::now() + heartbeat);
                 match msg {
-                    Message::Text(text) => handle(&core, &device, &mut bucket, text.as_str()).await,
+                    // Boxed: the frame's work lives on the heap only while it runs, so an idle
+                    // connection's task stays small.
+                    Message::Text(text) => Box::pin(handle(&core, &device, &mut bucket, text.as_str())).await,
                     Message::Binary(_) => {
                         device.in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                         device.answer(frames::error(None, &ApiError::frame("bad_frame", "frames are JSON text, not binary")));

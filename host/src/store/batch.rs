@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row as _};
 
-use super::{Dialect, Store, placeholders, tuples};
+use super::{Dialect, Store, placeholders, shaped_chunks, tuples};
 
 /// Where a message goes: a known conversation, or the private conversation with a peer
 /// (created by the first message between the two).
@@ -201,8 +201,6 @@ struct Pending {
     recalls: Vec<(i64, i64, i64)>,
 }
 
-const INSERT_CHUNK: usize = 200;
-
 impl Store {
     /// Runs `ops` in one transaction, in order; one outcome per op. A refused op does not
     /// stop the others. On `Err` nothing was written.
@@ -234,7 +232,7 @@ impl Store {
         let mut attempt = 0;
         loop {
             let mut tx = self.write().begin().await?;
-            match resolve_pairs(&mut tx, std::slice::from_ref(&key), now).await {
+            match resolve_pairs(self.dialect(), &mut tx, std::slice::from_ref(&key), now).await {
                 Ok(found) => {
                     tx.commit().await.map_err(classify)?;
                     return Ok(found.get(&key).copied().ok_or_else(|| {
@@ -268,7 +266,7 @@ fn pair(a: &str, b: &str) -> (String, String) {
 }
 
 async fn run(
-    dialect: Dialect,
+    d: Dialect,
     conn: &mut AnyConnection,
     ops: &[Op],
     ctx: &BatchContext<'_>,
@@ -286,7 +284,7 @@ async fn run(
         .collect();
     pairs.sort();
     pairs.dedup();
-    let by_pair = resolve_pairs(conn, &pairs, ctx.now).await?;
+    let by_pair = resolve_pairs(d, conn, &pairs, ctx.now).await?;
     let conversation_of = |m: &NewMessage| -> Result<i64, Refused> {
         match &m.target {
             Target::Conversation(id) => Ok(*id),
@@ -299,7 +297,7 @@ async fn run(
     };
 
     // 2. Resends already stored.
-    let mut stored_before = find_stored(conn, ops).await?;
+    let mut stored_before = find_stored(d, conn, ops).await?;
 
     // 3. Head rows (locked) and members of every conversation touched.
     let mut ids: Vec<i64> = ops
@@ -313,8 +311,8 @@ async fn run(
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    let mut heads = lock_heads(dialect, conn, &ids).await?;
-    let mut members = load_members(conn, &ids).await?;
+    let mut heads = lock_heads(d, conn, &ids).await?;
+    let mut members = load_members(d, conn, &ids).await?;
 
     // 4. Each op in order.
     let mut pending = Pending::default();
@@ -333,6 +331,7 @@ async fn run(
                     }
                 } else {
                     match send(
+                        d,
                         conn,
                         m,
                         &conversation_of,
@@ -364,7 +363,7 @@ async fn run(
                 conversation_id,
                 seq,
             } => {
-                flush(conn, &mut pending).await?;
+                flush(d, conn, &mut pending).await?;
                 read(
                     conn,
                     user_id,
@@ -382,14 +381,15 @@ async fn run(
     stored_before.clear();
 
     // 5. The rest of the writes.
-    flush(conn, &mut pending).await?;
-    update_heads(conn, &heads, ctx.now).await?;
-    upsert_read_positions(conn, &read_moves, ctx.now).await?;
+    flush(d, conn, &mut pending).await?;
+    update_heads(d, conn, &heads, ctx.now).await?;
+    upsert_read_positions(d, conn, &read_moves, ctx.now).await?;
     Ok(outcomes)
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn send(
+    d: Dialect,
     conn: &mut AnyConnection,
     m: &NewMessage,
     conversation_of: &impl Fn(&NewMessage) -> Result<i64, Refused>,
@@ -419,7 +419,7 @@ async fn send(
         }));
     }
     if let Some(target) = m.recalls {
-        flush(conn, pending).await?;
+        flush(d, conn, pending).await?;
         let row = sqlx::query(
             "SELECT sender_id, server_time, recalled_by, content_type FROM messages \
              WHERE conversation_id = $1 AND seq = $2",
@@ -549,6 +549,7 @@ pub(crate) async fn recalled_counting_after(
 }
 
 async fn resolve_pairs(
+    d: Dialect,
     conn: &mut AnyConnection,
     pairs: &[(String, String)],
     now: i64,
@@ -559,7 +560,7 @@ async fn resolve_pairs(
     }
     let sql = format!(
         "SELECT user_lo, user_hi, conversation_id FROM private_pairs WHERE (user_lo, user_hi) IN (VALUES {})",
-        tuples(pairs.len(), 2)
+        tuples(d, pairs.len(), 2)
     );
     let mut q = sqlx::query(&sql);
     for (lo, hi) in pairs {
@@ -581,7 +582,7 @@ async fn resolve_pairs(
     users.dedup();
     let sql = format!(
         "SELECT user_id FROM users WHERE user_id IN ({})",
-        placeholders(1, users.len())
+        placeholders(d, 1, users.len())
     );
     let mut q = sqlx::query(&sql);
     for u in &users {
@@ -648,6 +649,7 @@ fn stored_from(row: &AnyRow) -> sqlx::Result<Stored> {
 }
 
 async fn find_stored(
+    d: Dialect,
     conn: &mut AnyConnection,
     ops: &[Op],
 ) -> Result<HashMap<(String, String), Arc<Stored>>, BatchError> {
@@ -659,13 +661,13 @@ async fn find_stored(
         })
         .collect();
     let mut found = HashMap::new();
-    for chunk in keys.chunks(INSERT_CHUNK) {
+    for chunk in shaped_chunks(&keys) {
         let sql = format!(
             "SELECT m.sender_id, m.client_msg_id, m.conversation_id, c.conversation_type, m.seq, \
              m.msg_id, m.content_type, m.payload, m.server_time \
              FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
              WHERE (m.sender_id, m.client_msg_id) IN (VALUES {})",
-            tuples(chunk.len(), 2)
+            tuples(d, chunk.len(), 2)
         );
         let mut q = sqlx::query(&sql);
         for (s, c) in chunk {
@@ -682,13 +684,13 @@ async fn find_stored(
 }
 
 async fn lock_heads(
-    dialect: Dialect,
+    d: Dialect,
     conn: &mut AnyConnection,
     ids: &[i64],
 ) -> Result<HashMap<i64, Head>, BatchError> {
     let mut heads = HashMap::new();
-    for chunk in ids.chunks(INSERT_CHUNK) {
-        let lock = match dialect {
+    for chunk in shaped_chunks(ids) {
+        let lock = match d {
             Dialect::Postgres => " FOR UPDATE",
             // The single writer connection already excludes every other writer.
             Dialect::Sqlite => "",
@@ -696,7 +698,7 @@ async fn lock_heads(
         let sql = format!(
             "SELECT conversation_id, conversation_type, last_seq, unread_acc FROM conversations \
              WHERE conversation_id IN ({}) ORDER BY conversation_id{lock}",
-            placeholders(1, chunk.len())
+            placeholders(d, 1, chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for id in chunk {
@@ -718,14 +720,15 @@ async fn lock_heads(
 }
 
 async fn load_members(
+    d: Dialect,
     conn: &mut AnyConnection,
     ids: &[i64],
 ) -> Result<HashMap<i64, Members>, BatchError> {
     let mut members: HashMap<i64, Members> = HashMap::new();
-    for chunk in ids.chunks(INSERT_CHUNK) {
+    for chunk in shaped_chunks(ids) {
         let sql = format!(
             "SELECT conversation_id, user_id, left_at_seq FROM members WHERE conversation_id IN ({})",
-            placeholders(1, chunk.len())
+            placeholders(d, 1, chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for id in chunk {
@@ -745,12 +748,16 @@ async fn load_members(
 
 /// Writes the messages and recall marks collected so far, so the statements that follow
 /// in this transaction see them.
-async fn flush(conn: &mut AnyConnection, pending: &mut Pending) -> Result<(), BatchError> {
-    for chunk in pending.messages.chunks(INSERT_CHUNK) {
+async fn flush(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    pending: &mut Pending,
+) -> Result<(), BatchError> {
+    for chunk in shaped_chunks(&pending.messages) {
         let sql = format!(
             "INSERT INTO messages (conversation_id, seq, msg_id, sender_id, client_msg_id, \
              content_type, payload, server_time, counts_unread, unread_acc) VALUES {}",
-            tuples(chunk.len(), 10)
+            tuples(d, chunk.len(), 10)
         );
         let mut q = sqlx::query(&sql);
         for (m, client_msg_id, counts, acc) in chunk {
@@ -781,16 +788,17 @@ async fn flush(conn: &mut AnyConnection, pending: &mut Pending) -> Result<(), Ba
 }
 
 async fn update_heads(
+    d: Dialect,
     conn: &mut AnyConnection,
     heads: &HashMap<i64, Head>,
     now: i64,
 ) -> Result<(), BatchError> {
     let dirty: Vec<(&i64, &Head)> = heads.iter().filter(|(_, h)| h.dirty).collect();
-    for chunk in dirty.chunks(INSERT_CHUNK) {
+    for chunk in shaped_chunks(&dirty) {
         let sql = format!(
             "UPDATE conversations SET last_seq = v.column2, unread_acc = v.column3, last_time = v.column4 \
              FROM (VALUES {}) AS v WHERE conversations.conversation_id = v.column1",
-            tuples(chunk.len(), 4)
+            tuples(d, chunk.len(), 4)
         );
         let mut q = sqlx::query(&sql);
         for (id, h) in chunk {
@@ -802,18 +810,19 @@ async fn update_heads(
 }
 
 async fn upsert_read_positions(
+    d: Dialect,
     conn: &mut AnyConnection,
     moves: &HashMap<(String, i64), (i64, i64)>,
     now: i64,
 ) -> Result<(), BatchError> {
     let rows: Vec<_> = moves.iter().collect();
-    for chunk in rows.chunks(INSERT_CHUNK) {
+    for chunk in shaped_chunks(&rows) {
         let sql = format!(
             "INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
              VALUES {} ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
              read_seq = excluded.read_seq, read_acc = excluded.read_acc, updated_at = excluded.updated_at \
              WHERE excluded.read_seq > read_positions.read_seq",
-            tuples(chunk.len(), 5)
+            tuples(d, chunk.len(), 5)
         );
         let mut q = sqlx::query(&sql);
         for ((user, conversation), (seq, acc)) in chunk {

@@ -98,6 +98,16 @@ impl Store {
             let pool = AnyPoolOptions::new()
                 .max_connections(cfg.max_connections + 2)
                 .acquire_timeout(Duration::from_secs(30))
+                // The batch statements are prepared once and run with new values every
+                // time; a generic plan for their `IN (VALUES …)` lists can turn an index
+                // lookup into a scan of the whole table. Plan each execution for its values.
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        conn.execute("SET plan_cache_mode = force_custom_plan")
+                            .await?;
+                        Ok(())
+                    })
+                })
                 .connect(&cfg.url)
                 .await
                 .map_err(open_err)?;
@@ -185,31 +195,57 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// `$first, $first+1, …` for `n` placeholders.
-pub(crate) fn placeholders(first: usize, n: usize) -> String {
+/// `n` placeholders numbered from `first`: `$3, $4` on PostgreSQL, `?, ?` on SQLite.
+/// (SQLite resolves a named `$n` by walking a list per parameter, quadratic in a statement
+/// of thousands; positional `?` costs nothing. A statement using this must take all its
+/// parameters from it, in order.)
+pub(crate) fn placeholders(d: Dialect, first: usize, n: usize) -> String {
     let mut s = String::with_capacity(n * 4);
     for i in 0..n {
         if i > 0 {
             s.push_str(", ");
         }
-        s.push('$');
-        s.push_str(&(first + i).to_string());
+        match d {
+            Dialect::Sqlite => s.push('?'),
+            Dialect::Postgres => {
+                s.push('$');
+                s.push_str(&(first + i).to_string());
+            }
+        }
     }
     s
 }
 
 /// `($1, $2), ($3, $4), …`: `rows` tuples of `width` placeholders.
-pub(crate) fn tuples(rows: usize, width: usize) -> String {
+pub(crate) fn tuples(d: Dialect, rows: usize, width: usize) -> String {
     let mut s = String::with_capacity(rows * width * 4);
     for r in 0..rows {
         if r > 0 {
             s.push_str(", ");
         }
         s.push('(');
-        s.push_str(&placeholders(1 + r * width, width));
+        s.push_str(&placeholders(d, 1 + r * width, width));
         s.push(')');
     }
     s
+}
+
+/// Splits `items` into runs of 128, 64, 32, … 1, so a batch of any size uses a handful of
+/// statement shapes the connection's statement cache keeps prepared.
+pub(crate) fn shaped_chunks<T>(items: &[T]) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut rest = items;
+    while !rest.is_empty() {
+        let n = if rest.len() >= 128 {
+            128
+        } else {
+            1 << (usize::BITS - 1 - rest.len().leading_zeros())
+        };
+        let (head, tail) = rest.split_at(n);
+        out.push(head);
+        rest = tail;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -218,8 +254,18 @@ mod tests {
 
     #[test]
     fn tuples_number_in_order() {
-        assert_eq!(tuples(2, 2), "($1, $2), ($3, $4)");
-        assert_eq!(placeholders(3, 2), "$3, $4");
+        assert_eq!(tuples(Dialect::Postgres, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(placeholders(Dialect::Postgres, 3, 2), "$3, $4");
+        assert_eq!(tuples(Dialect::Sqlite, 2, 2), "(?, ?), (?, ?)");
+    }
+
+    #[test]
+    fn chunks_come_in_few_shapes() {
+        let v: Vec<u32> = (0..300).collect();
+        let sizes: Vec<usize> = shaped_chunks(&v).iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [128, 128, 32, 8, 4]);
+        assert_eq!(shaped_chunks(&v[..1]).len(), 1);
+        assert!(shaped_chunks::<u32>(&[]).is_empty());
     }
 
     #[test]

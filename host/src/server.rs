@@ -30,6 +30,7 @@ pub async fn start_core(
     let settings = Settings {
         recall_window_ms: (config.messaging.recall_window_secs as i64).saturating_mul(1000),
         batch_max: config.storage.batch_max,
+        committers: config.storage.committers,
         max_frame_bytes: config.gateway.max_frame_bytes,
         heartbeat_secs: config.gateway.heartbeat_secs,
         send_rate_per_sec: config.gateway.send_rate_per_sec,

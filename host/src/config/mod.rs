@@ -61,6 +61,9 @@ pub struct StorageConfig {
     pub max_connections: u32,
     /// Most sends committed together in one transaction.
     pub batch_max: usize,
+    /// Committers on PostgreSQL, each owning a share of the conversations (SQLite has one
+    /// writer and always uses one).
+    pub committers: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -104,6 +107,7 @@ impl Default for StorageConfig {
             sqlite_synchronous: SqliteSync::Full,
             max_connections: 8,
             batch_max: 4096,
+            committers: 2,
         }
     }
 }
@@ -295,6 +299,11 @@ impl Config {
         {
             return Err(ConfigError::Check(
                 "storage.url must start with sqlite: or postgres:".into(),
+            ));
+        }
+        if !(1..=64).contains(&self.storage.committers) {
+            return Err(ConfigError::Check(
+                "storage.committers must be between 1 and 64".into(),
             ));
         }
         if self.storage.max_connections == 0 || !(1..=16384).contains(&self.storage.batch_max) {

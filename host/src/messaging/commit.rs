@@ -8,11 +8,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Settings;
+use super::route::{Routes, pair};
 use crate::api::ApiError;
 use crate::gateway::frames::{self, ReadAck, SendAck};
 use crate::gateway::hub::{Device, Hub};
 use crate::plugins::Delivery;
-use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome};
+use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome, Target};
 use crate::store::{Store, now_ms};
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
@@ -70,6 +71,8 @@ impl Reply {
 pub struct Job {
     pub op: Op,
     pub reply: Reply,
+    /// The routing key it was queued by.
+    pub key: u64,
 }
 
 /// Attempts of a batch that met a concurrent writer (another node).
@@ -80,6 +83,7 @@ pub async fn run(
     store: Store,
     hub: Arc<Hub>,
     ids: Arc<IdGen>,
+    routes: Arc<Routes>,
     settings: Settings,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
@@ -91,6 +95,11 @@ pub async fn run(
         match result {
             Ok(outcomes) => {
                 for (job, outcome) in jobs.drain(..).zip(outcomes) {
+                    if let (Op::Send(m), Outcome::Sent { message, .. }) = (&job.op, &outcome)
+                        && let Target::Peer(peer) = &m.target
+                    {
+                        routes.learn(pair(&m.sender_id, peer), message.conversation_id, job.key);
+                    }
                     deliver(&hub, job.reply, outcome);
                 }
             }

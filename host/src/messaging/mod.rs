@@ -3,6 +3,7 @@
 //! or a push to online devices (live kinds, never stored).
 
 mod commit;
+mod route;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,8 @@ use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
 use crate::gateway::hub::{Device, Hub, user_key};
 use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
 use crate::store::batch::{IdGen, NewMessage, Op, Refused, Target};
-use crate::store::{Store, now_ms};
+use crate::store::{Dialect, Store, now_ms};
+use route::Routes;
 
 pub use commit::{Answer, Reply};
 
@@ -25,6 +27,8 @@ pub use commit::{Answer, Reply};
 pub struct Settings {
     pub recall_window_ms: i64,
     pub batch_max: usize,
+    /// Committers on PostgreSQL (SQLite has one).
+    pub committers: usize,
     pub max_frame_bytes: usize,
     pub heartbeat_secs: u64,
     pub send_rate_per_sec: u32,
@@ -57,10 +61,10 @@ pub struct Core {
     pub hub: Arc<Hub>,
     pub tokens: Tokens,
     pub settings: Settings,
-    commits: mpsc::Sender<commit::Job>,
-    /// Private conversations by pair, and members by conversation, for live sends.
-    /// Private conversations never change members.
-    pairs: Mutex<HashMap<(String, String), i64>>,
+    /// One queue per committer.
+    commits: Vec<mpsc::Sender<commit::Job>>,
+    routes: Arc<Routes>,
+    /// Members by conversation, for live sends. Private conversations never change members.
     members: Mutex<HashMap<i64, Members>>,
     known_users: Mutex<HashSet<String>>,
 }
@@ -73,26 +77,36 @@ impl Core {
         settings: Settings,
     ) -> Arc<Core> {
         let hub = Arc::new(Hub::new());
-        let (tx, rx) = mpsc::channel(settings.batch_max * 8);
-        let core = Arc::new(Core {
-            store: store.clone(),
+        let committers = match store.dialect() {
+            Dialect::Sqlite => 1,
+            Dialect::Postgres => settings.committers,
+        };
+        let routes = Arc::new(Routes::new(committers));
+        let ids = Arc::new(IdGen::new(0));
+        let mut commits = Vec::new();
+        for _ in 0..routes.committers() {
+            let (tx, rx) = mpsc::channel(settings.batch_max * 8);
+            commits.push(tx);
+            tokio::spawn(commit::run(
+                rx,
+                store.clone(),
+                hub.clone(),
+                ids.clone(),
+                routes.clone(),
+                settings.clone(),
+            ));
+        }
+        Arc::new(Core {
+            store,
             registry,
-            hub: hub.clone(),
+            hub,
             tokens,
-            settings: settings.clone(),
-            commits: tx,
-            pairs: Mutex::new(HashMap::new()),
+            settings,
+            commits,
+            routes,
             members: Mutex::new(HashMap::new()),
             known_users: Mutex::new(HashSet::new()),
-        });
-        tokio::spawn(commit::run(
-            rx,
-            store,
-            hub,
-            Arc::new(IdGen::new(0)),
-            settings,
-        ));
-        core
+        })
     }
 
     /// Records a user seen in a valid token, once per process.
@@ -188,10 +202,43 @@ impl Core {
         }
     }
 
-    /// Queues a stored send or a read for the committer; the reply comes after commit.
+    /// The routing key of an op: its conversation's, or for a first message to a peer the
+    /// pair's. With several committers, a message to a peer whose conversation this node
+    /// has not seen yet costs one read to find it.
+    async fn route_key(&self, op: &Op) -> u64 {
+        match op {
+            Op::Read {
+                conversation_id, ..
+            }
+            | Op::Send(NewMessage {
+                target: Target::Conversation(conversation_id),
+                ..
+            }) => self.routes.conversation_key(*conversation_id),
+            Op::Send(NewMessage {
+                target: Target::Peer(peer),
+                sender_id,
+                ..
+            }) => {
+                let pair = route::pair(sender_id, peer);
+                if let Some(id) = self.routes.private(&pair) {
+                    return self.routes.conversation_key(id);
+                }
+                if self.routes.committers() > 1
+                    && let Ok(Some(id)) = self.store.private_conversation(sender_id, peer).await
+                {
+                    self.routes.remember_private(pair, id);
+                    return self.routes.conversation_key(id);
+                }
+                Routes::pair_key(&pair)
+            }
+        }
+    }
+
+    /// Queues a stored send or a read for its committer; the reply comes after commit.
     pub async fn submit(&self, op: Op, reply: Reply) {
-        if let Err(mpsc::error::SendError(job)) = self.commits.send(commit::Job { op, reply }).await
-        {
+        let key = self.route_key(&op).await;
+        let queue = &self.commits[self.routes.committer(key)];
+        if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, key }).await {
             job.reply
                 .error(&ApiError::unavailable("the server is shutting down"));
         }
@@ -251,20 +298,16 @@ impl Core {
         if a == b {
             return Err(Refused::SelfConversation.into());
         }
-        let key = if a <= b {
-            (a.to_string(), b.to_string())
-        } else {
-            (b.to_string(), a.to_string())
-        };
-        if let Some(id) = self.pairs.lock().expect("pairs").get(&key) {
-            return Ok(*id);
+        let key = route::pair(a, b);
+        if let Some(id) = self.routes.private(&key) {
+            return Ok(id);
         }
         let id = self
             .store
             .ensure_private(a, b, now_ms())
             .await
             .map_err(ApiError::batch)??;
-        self.pairs.lock().expect("pairs").insert(key, id);
+        self.routes.remember_private(key, id);
         Ok(id)
     }
 

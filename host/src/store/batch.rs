@@ -311,8 +311,7 @@ async fn run(
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    let mut heads = lock_heads(d, conn, &ids).await?;
-    let mut members = load_members(d, conn, &ids).await?;
+    let (mut heads, mut members) = lock_heads(d, conn, &ids).await?;
 
     // 4. Each op in order.
     let mut pending = Pending::default();
@@ -683,21 +682,26 @@ async fn find_stored(
     Ok(found)
 }
 
+/// Locks the head rows of `ids` (in id order, so two writers never deadlock) and reads
+/// them with every membership row, in one statement.
 async fn lock_heads(
     d: Dialect,
     conn: &mut AnyConnection,
     ids: &[i64],
-) -> Result<HashMap<i64, Head>, BatchError> {
+) -> Result<(HashMap<i64, Head>, HashMap<i64, Members>), BatchError> {
     let mut heads = HashMap::new();
+    let mut members: HashMap<i64, Members> = HashMap::new();
     for chunk in shaped_chunks(ids) {
         let lock = match d {
-            Dialect::Postgres => " FOR UPDATE",
+            Dialect::Postgres => " FOR UPDATE OF c",
             // The single writer connection already excludes every other writer.
             Dialect::Sqlite => "",
         };
         let sql = format!(
-            "SELECT conversation_id, conversation_type, last_seq, unread_acc FROM conversations \
-             WHERE conversation_id IN ({}) ORDER BY conversation_id{lock}",
+            "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
+             m.user_id, m.left_at_seq FROM conversations c \
+             LEFT JOIN members m ON m.conversation_id = c.conversation_id \
+             WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
             placeholders(d, 1, chunk.len())
         );
         let mut q = sqlx::query(&sql);
@@ -705,45 +709,23 @@ async fn lock_heads(
             q = q.bind(*id);
         }
         for row in q.fetch_all(&mut *conn).await? {
-            heads.insert(
-                row.try_get(0)?,
-                Head {
-                    conversation_type: row.try_get::<i64, _>(1)? as u8,
-                    last_seq: row.try_get(2)?,
-                    acc: row.try_get(3)?,
-                    dirty: false,
-                },
-            );
-        }
-    }
-    Ok(heads)
-}
-
-async fn load_members(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    ids: &[i64],
-) -> Result<HashMap<i64, Members>, BatchError> {
-    let mut members: HashMap<i64, Members> = HashMap::new();
-    for chunk in shaped_chunks(ids) {
-        let sql = format!(
-            "SELECT conversation_id, user_id, left_at_seq FROM members WHERE conversation_id IN ({})",
-            placeholders(d, 1, chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
-        }
-        for row in q.fetch_all(&mut *conn).await? {
-            let entry = members.entry(row.try_get(0)?).or_default();
-            let user: String = row.try_get(1)?;
-            if row.try_get::<Option<i64>, _>(2)?.is_none() {
-                entry.current.push(user.clone());
+            let id: i64 = row.try_get(0)?;
+            heads.entry(id).or_insert(Head {
+                conversation_type: row.try_get::<i64, _>(1)? as u8,
+                last_seq: row.try_get(2)?,
+                acc: row.try_get(3)?,
+                dirty: false,
+            });
+            let entry = members.entry(id).or_default();
+            if let Some(user) = row.try_get::<Option<String>, _>(4)? {
+                if row.try_get::<Option<i64>, _>(5)?.is_none() {
+                    entry.current.push(user.clone());
+                }
+                entry.any.insert(user);
             }
-            entry.any.insert(user);
         }
     }
-    Ok(members)
+    Ok((heads, members))
 }
 
 /// Writes the messages and recall marks collected so far, so the statements that follow

@@ -96,7 +96,7 @@ impl Store {
             }
         } else {
             let pool = AnyPoolOptions::new()
-                .max_connections(cfg.max_connections + 2)
+                .max_connections(cfg.max_connections + cfg.committers as u32)
                 .acquire_timeout(Duration::from_secs(30))
                 // The batch statements are prepared once and run with new values every
                 // time; a generic plan for their `IN (VALUES …)` lists can turn an index

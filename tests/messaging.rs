@@ -45,7 +45,8 @@ on_both!(
     bad_input_gets_documented_codes,
     accounts_and_tokens,
     both_first_messages_at_once_make_one_private_conversation,
-    heartbeat_and_slow_consumers,
+    a_silent_device_is_dropped_and_a_pinging_one_stays,
+    a_slow_reader_is_disconnected_and_pulls_afterwards,
     http_send_and_pull_paging,
 );
 
@@ -494,6 +495,28 @@ async fn live_kinds_are_pushed_and_never_stored(b: Backend) {
     assert_eq!(send_ok(&mut a, typing).await["delivered"], 0);
     let mut back = s.connect(&bob, "phone").await;
     assert!(back.drain(Duration::from_millis(500)).await.is_empty());
+
+    // A live kind never starts a conversation.
+    let carol = s.user("carol").await;
+    let mut c = s.connect(&carol, "phone").await;
+    let typing = json!({"type": "send", "id": "t3", "clientMsgId": "t-3", "conversationType": 1,
+        "peerId": "alice", "contentType": 5, "payload": {"state": "typing"}});
+    assert_eq!(
+        send_err(&mut c, typing).await["code"],
+        "conversation_not_found"
+    );
+    let list = s.get(&carol, "/v1/conversations").await;
+    assert!(
+        list["conversations"].as_array().unwrap().is_empty(),
+        "{list}"
+    );
+    assert_eq!(
+        s.get(&alice, "/v1/conversations").await["conversations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 async fn overview_entry(s: &Server, u: &User, cid: i64) -> Value {
@@ -957,8 +980,8 @@ async fn both_first_messages_at_once_make_one_private_conversation(b: Backend) {
     }
 }
 
-async fn heartbeat_and_slow_consumers(b: Backend) {
-    let extra = "[gateway]\nheartbeat_secs = 2\noutbox_frames = 16\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
+async fn a_silent_device_is_dropped_and_a_pinging_one_stays(b: Backend) {
+    let extra = "[gateway]\nheartbeat_secs = 2\n";
     let (_db, s) = setup(&b, "heartbeat", extra).await;
     let alice = s.user("alice").await;
     let bob = s.user("bob").await;
@@ -979,7 +1002,15 @@ async fn heartbeat_and_slow_consumers(b: Backend) {
     let mut pinger = pinging.await.unwrap();
     pinger.send(json!({"type": "ping"})).await;
     pinger.expect("pong").await;
+}
 
+async fn a_slow_reader_is_disconnected_and_pulls_afterwards(b: Backend) {
+    let extra =
+        "[gateway]\noutbox_frames = 16\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
+    let (_db, s) = setup(&b, "slow-reader", extra).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut pinger = s.connect(&alice, "sender").await;
     // A reader that stops reading is disconnected once its queue overflows, and pulls
     // everything after reconnecting.
     let mut stuck = s.connect(&bob, "stuck").await;

@@ -31,6 +31,7 @@ pub async fn start_core(
         recall_window_ms: (config.messaging.recall_window_secs as i64).saturating_mul(1000),
         batch_max: config.storage.batch_max,
         committers: config.storage.committers,
+        node_id: config.server.node_id,
         max_frame_bytes: config.gateway.max_frame_bytes,
         heartbeat_secs: config.gateway.heartbeat_secs,
         send_rate_per_sec: config.gateway.send_rate_per_sec,

@@ -195,7 +195,13 @@ pub async fn overview(
                 .map(|r| format!("{}.{}", r.last_time, r.conversation_id))
         })
         .flatten();
-    let list: Vec<Value> = rows.into_iter().map(|r| overview_view(&s, r)).collect();
+    // Previews run plugins: off the async workers.
+    let state = s.clone();
+    let list: Vec<Value> = tokio::task::spawn_blocking(move || {
+        rows.into_iter().map(|r| overview_view(&state, r)).collect()
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(json!({ "conversations": list, "nextCursor": next })))
 }
 

@@ -99,7 +99,9 @@ impl From<Refused> for ApiError {
     fn from(r: Refused) -> ApiError {
         let status = match &r {
             Refused::NotAMember(_) | Refused::RecallNotOwn(_) => StatusCode::FORBIDDEN,
-            Refused::UserNotFound(_) | Refused::MessageNotFound(_) => StatusCode::NOT_FOUND,
+            Refused::UserNotFound(_) | Refused::MessageNotFound(_) | Refused::NoConversation(_) => {
+                StatusCode::NOT_FOUND
+            }
             Refused::SelfConversation => StatusCode::BAD_REQUEST,
             Refused::ConversationTypeMismatch { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Refused::RecallWindowExpired(_)

@@ -151,12 +151,16 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
         let limit = s.core.settings.max_frame_bytes;
         let bytes = axum::body::to_bytes(req.into_body(), limit)
             .await
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request_too_large",
-                    format!("the request body is over {limit} bytes"),
-                )
+            .map_err(|e| {
+                if format!("{e:?}").contains("LengthLimit") {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "request_too_large",
+                        format!("the request body is over {limit} bytes"),
+                    )
+                } else {
+                    ApiError::bad_request(format!("cannot read the request body: {e}"))
+                }
             })?;
         serde_json::from_slice(&bytes)
             .map(Body)

@@ -38,6 +38,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Bearer token for `/admin/*`. Without it the admin endpoints answer `admin_disabled`.
     pub admin_token: Option<String>,
+    /// This server's number (0–1023), part of every message id it makes: give each node
+    /// sharing one database its own.
+    pub node_id: u16,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -197,6 +200,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_token: None,
+            node_id: 0,
         }
     }
 }
@@ -299,6 +303,11 @@ impl Config {
         {
             return Err(ConfigError::Check(
                 "storage.url must start with sqlite: or postgres:".into(),
+            ));
+        }
+        if self.server.node_id > 1023 {
+            return Err(ConfigError::Check(
+                "server.node_id must be between 0 and 1023".into(),
             ));
         }
         if !(1..=64).contains(&self.storage.committers) {

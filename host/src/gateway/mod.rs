@@ -115,6 +115,9 @@ async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id:
     ));
     core.hub.register(device.clone());
     let heartbeat = Duration::from_secs(set.heartbeat_secs);
+    // A client that stops reading blocks our writes once the kernel buffers are full; it
+    // gets this long before it is dropped (its outbox stays bounded meanwhile).
+    let write_limit = heartbeat.min(WRITE_TIMEOUT);
     let silence = tokio::time::sleep(heartbeat);
     tokio::pin!(silence);
     let mut bucket = Bucket::new(set.send_rate_per_sec, set.send_burst);
@@ -123,8 +126,13 @@ async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id:
         tokio::select! {
             biased;
             closing = device.outbox.next(&mut out) => {
-                if write_all(&mut socket, &mut out).await.is_err() {
-                    break None;
+                match tokio::time::timeout(write_limit, write_all(&mut socket, &mut out)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break None,
+                    Err(_) => {
+                        tracing::info!(user = %device.user_id, device = %device.device_id, "closing the connection: it stopped reading");
+                        break None;
+                    }
                 }
                 if let Some(why) = closing {
                     break Some(why);
@@ -155,6 +163,18 @@ async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id:
     core.hub
         .unregister(&device.user_id, &device.device_id, device.session);
     if let Some(why) = close {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            say_goodbye(&mut socket, why, &device),
+        )
+        .await;
+    }
+}
+
+/// Tells the client why it is being closed: a `kicked` frame for a replaced connection,
+/// then the close frame.
+async fn say_goodbye(socket: &mut WebSocket, why: Close, device: &Device) {
+    {
         if why != Close::Replaced {
             tracing::info!(user = %device.user_id, device = %device.device_id, "closing the connection: {}", why.reason());
         }
@@ -186,6 +206,9 @@ fn read_failure(e: &axum::Error) -> Close {
         Close::Protocol
     }
 }
+
+/// How long a write may wait for a client that does not read (at most the heartbeat).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn write_all(socket: &mut WebSocket, out: &mut Vec<Utf8Bytes>) -> Result<(), axum::Error> {
     for frame in out.drain(..) {

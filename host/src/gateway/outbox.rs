@@ -71,8 +71,10 @@ pub type LatestKey = (i64, u64, u32);
 const LATEST_MAX: usize = 64;
 
 struct State {
-    frames: VecDeque<Utf8Bytes>,
-    latest: VecDeque<(LatestKey, Utf8Bytes)>,
+    /// In the order they were queued; a `latest` frame carries its key.
+    frames: VecDeque<(Option<LatestKey>, Utf8Bytes)>,
+    /// `latest` frames among `frames`.
+    latest: usize,
     closing: Option<Close>,
     dropped: u64,
 }
@@ -88,7 +90,7 @@ impl Outbox {
         Outbox {
             state: Mutex::new(State {
                 frames: VecDeque::new(),
-                latest: VecDeque::new(),
+                latest: 0,
                 closing: None,
                 dropped: 0,
             }),
@@ -110,34 +112,45 @@ impl Outbox {
         }
         let queued = match (class, key) {
             (Delivery::Latest, Some(key)) => {
-                if let Some(slot) = s.latest.iter_mut().find(|(k, _)| *k == key) {
-                    slot.1 = frame;
-                    Queued::Coalesced
-                } else {
-                    if s.latest.len() >= LATEST_MAX {
-                        s.latest.pop_front();
-                        s.dropped += 1;
+                // The newer frame replaces the waiting one and takes its own place at the
+                // end, so it still follows everything queued before it.
+                let older = s.frames.iter().position(|(k, _)| *k == Some(key));
+                let queued = match older {
+                    Some(i) => {
+                        s.frames.remove(i);
+                        Queued::Coalesced
                     }
-                    s.latest.push_back((key, frame));
-                    Queued::Yes
-                }
+                    None if s.latest >= LATEST_MAX => {
+                        if let Some(i) = s.frames.iter().position(|(k, _)| k.is_some()) {
+                            s.frames.remove(i);
+                        }
+                        s.dropped += 1;
+                        Queued::Yes
+                    }
+                    None => {
+                        s.latest += 1;
+                        Queued::Yes
+                    }
+                };
+                s.frames.push_back((Some(key), frame));
+                queued
             }
             (Delivery::Droppable | Delivery::Latest, _) => {
                 if s.frames.len() >= self.limit * 3 / 4 {
                     s.dropped += 1;
                     return Queued::Dropped;
                 }
-                s.frames.push_back(frame);
+                s.frames.push_back((None, frame));
                 Queued::Yes
             }
             (Delivery::Persistent | Delivery::Live, _) => {
-                if s.frames.len() >= self.limit {
+                if s.frames.len() - s.latest >= self.limit {
                     s.closing = Some(Close::SlowConsumer);
                     s.frames.clear();
-                    s.latest.clear();
+                    s.latest = 0;
                     Queued::Overflow
                 } else {
-                    s.frames.push_back(frame);
+                    s.frames.push_back((None, frame));
                     Queued::Yes
                 }
             }
@@ -163,10 +176,9 @@ impl Outbox {
         loop {
             {
                 let mut s = self.state.lock().expect("outbox lock");
-                let has = !s.frames.is_empty() || !s.latest.is_empty();
-                if has || s.closing.is_some() {
-                    into.extend(s.frames.drain(..));
-                    into.extend(s.latest.drain(..).map(|(_, f)| f));
+                if !s.frames.is_empty() || s.closing.is_some() {
+                    into.extend(s.frames.drain(..).map(|(_, f)| f));
+                    s.latest = 0;
                     return s.closing;
                 }
             }
@@ -176,8 +188,7 @@ impl Outbox {
 
     /// Frames waiting now.
     pub fn queued(&self) -> usize {
-        let s = self.state.lock().expect("outbox lock");
-        s.frames.len() + s.latest.len()
+        self.state.lock().expect("outbox lock").frames.len()
     }
 
     pub fn limit(&self) -> usize {
@@ -219,8 +230,25 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(o.next(&mut out).await, None);
         assert_eq!(out.len(), 13);
-        assert_eq!(out.last().unwrap().as_str(), "t2");
+        // One typing frame (the newest), where the newest was queued.
+        assert_eq!(out[0].as_str(), "t2");
+        assert_eq!(
+            out.iter().filter(|f| f.as_str().starts_with('t')).count(),
+            1
+        );
         assert_eq!(o.dropped(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_latest_frame_keeps_its_place_after_earlier_frames() {
+        let o = Outbox::new(16);
+        o.push(f("m1"), Delivery::Persistent, None);
+        o.push(f("typing"), Delivery::Latest, Some((1, 7, 5)));
+        o.push(f("m2"), Delivery::Persistent, None);
+        let mut out = Vec::new();
+        o.next(&mut out).await;
+        let order: Vec<&str> = out.iter().map(|f| f.as_str()).collect();
+        assert_eq!(order, ["m1", "typing", "m2"]);
     }
 
     #[tokio::test]

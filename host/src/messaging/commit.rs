@@ -147,7 +147,9 @@ fn deliver(hub: &Hub, reply: Reply, outcome: Outcome) {
             recipients,
         } => {
             reply.answer(Answer::Sent(SendAck::of(&message, duplicate)));
-            if !duplicate {
+            // A resend pushes the original again: devices ignore a seq they have, and one
+            // whose first push was lost (a crash between commit and push) gets it now.
+            if !recipients.is_empty() {
                 let frame = frames::notify_stored(&message);
                 hub.push(&recipients, &frame, Delivery::Persistent, None, except);
             }

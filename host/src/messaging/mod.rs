@@ -17,7 +17,7 @@ use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
 use crate::gateway::hub::{Device, Hub, user_key};
 use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
 use crate::store::batch::{IdGen, NewMessage, Op, Refused, Target};
-use crate::store::{Dialect, Store, now_ms};
+use crate::store::{Dialect, Store};
 use route::Routes;
 
 pub use commit::{Answer, Reply};
@@ -29,6 +29,8 @@ pub struct Settings {
     pub batch_max: usize,
     /// Committers on PostgreSQL (SQLite has one).
     pub committers: usize,
+    /// This node's number in message ids.
+    pub node_id: u16,
     pub max_frame_bytes: usize,
     pub heartbeat_secs: u64,
     pub send_rate_per_sec: u32,
@@ -82,7 +84,7 @@ impl Core {
             Dialect::Postgres => settings.committers,
         };
         let routes = Arc::new(Routes::new(committers));
-        let ids = Arc::new(IdGen::new(0));
+        let ids = Arc::new(IdGen::new(settings.node_id));
         let mut commits = Vec::new();
         for _ in 0..routes.committers() {
             let (tx, rx) = mpsc::channel(settings.batch_max * 8);
@@ -302,11 +304,14 @@ impl Core {
         if let Some(id) = self.routes.private(&key) {
             return Ok(id);
         }
+        // Live kinds store nothing, not even a conversation: only a stored message creates
+        // one.
         let id = self
             .store
-            .ensure_private(a, b, now_ms())
+            .private_conversation(a, b)
             .await
-            .map_err(ApiError::batch)??;
+            .map_err(ApiError::store)?
+            .ok_or_else(|| Refused::NoConversation(b.to_string()))?;
         self.routes.remember_private(key, id);
         Ok(id)
     }

@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row as _};
@@ -62,7 +61,8 @@ pub enum Outcome {
         message: Arc<Stored>,
         /// A resend of a `clientMsgId` already stored: nothing new was written.
         duplicate: bool,
-        /// Members to push to (empty for a duplicate).
+        /// Members to push to (for a resend, the original again; empty for a resend of a
+        /// message in the same batch).
         recipients: Arc<[String]>,
     },
     Read {
@@ -87,6 +87,10 @@ pub enum Refused {
     UserNotFound(String),
     #[error("a private conversation needs two different users")]
     SelfConversation,
+    #[error(
+        "there is no conversation with {0:?} yet: a stored message starts one, live kinds need one"
+    )]
+    NoConversation(String),
     #[error("conversation {conversation_id} has type {actual}, not {given}")]
     ConversationTypeMismatch {
         conversation_id: i64,
@@ -111,6 +115,7 @@ impl Refused {
             Refused::NotAMember(_) => "not_a_member",
             Refused::UserNotFound(_) => "user_not_found",
             Refused::SelfConversation => "bad_request",
+            Refused::NoConversation(_) => "conversation_not_found",
             Refused::ConversationTypeMismatch { .. } => "conversation_type_mismatch",
             Refused::MessageNotFound(_) => "message_not_found",
             Refused::RecallNotOwn(_) => "recall_not_own_message",
@@ -130,11 +135,12 @@ pub enum BatchError {
     Db(#[from] sqlx::Error),
 }
 
-/// Message ids: milliseconds since 2024 in the high bits, so they grow with time, and a
-/// counter below; unique within a node, and across nodes by `node` (10 bits).
+/// Message ids: milliseconds since 2024 (41 bits), the node (10 bits), a counter (12 bits).
+/// They grow with time; unique within a node (past 4096 in one millisecond the clock is
+/// borrowed from), and across nodes by `node`.
 #[derive(Debug)]
 pub struct IdGen {
-    last: AtomicI64,
+    state: std::sync::Mutex<(i64, i64)>,
     node: i64,
 }
 
@@ -143,24 +149,22 @@ const EPOCH_MS: i64 = 1_704_067_200_000;
 impl IdGen {
     pub fn new(node: u16) -> IdGen {
         IdGen {
-            last: AtomicI64::new(0),
+            state: std::sync::Mutex::new((0, 0)),
             node: i64::from(node & 0x3ff),
         }
     }
 
     pub fn next(&self, now_ms: i64) -> i64 {
-        let floor = ((now_ms - EPOCH_MS).max(0) << 22) | (self.node << 12);
-        let mut prev = self.last.load(Ordering::Relaxed);
-        loop {
-            let next = floor.max(prev + 1);
-            match self
-                .last
-                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return next,
-                Err(p) => prev = p,
-            }
+        let mut s = self.state.lock().expect("id state");
+        let ms = (now_ms - EPOCH_MS).max(0);
+        if ms > s.0 {
+            *s = (ms, 0);
+        } else if s.1 < 0xfff {
+            s.1 += 1;
+        } else {
+            *s = (s.0 + 1, 0);
         }
+        (s.0 << 22) | (self.node << 12) | s.1
     }
 }
 
@@ -213,40 +217,6 @@ impl Store {
         let outcomes = run(self.dialect(), &mut tx, ops, ctx).await?;
         tx.commit().await.map_err(classify)?;
         Ok(outcomes)
-    }
-}
-
-impl Store {
-    /// The private conversation of `a` and `b`, created if missing (for live kinds, which
-    /// store nothing of their own).
-    pub async fn ensure_private(
-        &self,
-        a: &str,
-        b: &str,
-        now: i64,
-    ) -> Result<Result<i64, Refused>, BatchError> {
-        if a == b {
-            return Ok(Err(Refused::SelfConversation));
-        }
-        let key = pair(a, b);
-        let mut attempt = 0;
-        loop {
-            let mut tx = self.write().begin().await?;
-            match resolve_pairs(self.dialect(), &mut tx, std::slice::from_ref(&key), now).await {
-                Ok(found) => {
-                    tx.commit().await.map_err(classify)?;
-                    return Ok(found.get(&key).copied().ok_or_else(|| {
-                        Refused::UserNotFound(if key.0 == a {
-                            key.1.clone()
-                        } else {
-                            key.0.clone()
-                        })
-                    }));
-                }
-                Err(BatchError::Conflict) if attempt < 5 => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
     }
 }
 
@@ -309,6 +279,9 @@ async fn run(
             } => Some(*conversation_id),
         })
         .collect();
+    // Resends' conversations too, to push the original again (its first push may have been
+    // lost with a crash between commit and push).
+    ids.extend(stored_before.values().map(|m| m.conversation_id));
     ids.sort_unstable();
     ids.dedup();
     let (mut heads, mut members) = lock_heads(d, conn, &ids).await?;
@@ -323,10 +296,18 @@ async fn run(
             Op::Send(m) => {
                 let key = (m.sender_id.clone(), m.client_msg_id.clone());
                 if let Some(original) = stored_before.get(&key).or_else(|| in_batch.get(&key)) {
+                    let recipients = match in_batch.contains_key(&key) {
+                        // Its first copy in this batch is pushed already.
+                        true => Arc::from([]),
+                        false => members
+                            .get_mut(&original.conversation_id)
+                            .map(Members::recipients)
+                            .unwrap_or_else(|| Arc::from([])),
+                    };
                     Outcome::Sent {
                         message: original.clone(),
                         duplicate: true,
-                        recipients: Arc::from([]),
+                        recipients,
                     }
                 } else {
                     match send(

@@ -215,7 +215,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// `rate` msgs/s spread over 50 senders for `secs`; receivers online. Latency from the
+/// `rate` msgs/s spread over 50 senders for `secs` (after a second of warm-up); receivers
+/// online. Latency from the
 /// send frame leaving to the receiver's notify, in ms: (p50, p99, samples).
 async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usize) {
     const PAIRS: usize = 50;
@@ -229,7 +230,8 @@ async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usiz
         convs.push((a, b, cid));
     }
     let per_sender = rate as f64 / PAIRS as f64;
-    let total_each = (per_sender * secs) as u64;
+    // One more second at the start, not counted: connections and statements warm up.
+    let total_each = (per_sender * (secs + 1.0)) as u64;
     let mut receivers = Vec::new();
     let mut senders = Vec::new();
     for (i, (a, b, cid)) in convs.into_iter().enumerate() {
@@ -247,7 +249,7 @@ async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usiz
                                 .as_str()
                                 .and_then(|s| s.parse::<f64>().ok())
                         {
-                            lat.push(now - sent);
+                            lat.push((sent, now - sent));
                         }
                     }
                     Ok(Some(Ok(_))) => {}
@@ -284,10 +286,16 @@ async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usiz
     for s in senders {
         s.await.unwrap();
     }
-    let mut all = Vec::new();
+    let mut samples = Vec::new();
     for r in receivers {
-        all.extend(r.await.unwrap());
+        samples.extend(r.await.unwrap());
     }
+    let first = samples.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
+    let mut all: Vec<f64> = samples
+        .into_iter()
+        .filter(|s| s.0 >= first + 1000.0)
+        .map(|s| s.1)
+        .collect();
     all.sort_by(f64::total_cmp);
     (percentile(&all, 0.5), percentile(&all, 0.99), all.len())
 }

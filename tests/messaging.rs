@@ -682,6 +682,19 @@ async fn recall_rules(b: Backend) {
         send_err(&mut a, recall("x5", ev)).await["code"],
         "message_not_recallable"
     );
+    // A resend of the recalled message acks the original and does not bring it back.
+    bw.drain(Duration::from_millis(200)).await;
+    let again = send_ok(&mut a, text("r1-again", "q1", conv(cid), "mine")).await;
+    assert_eq!(
+        (again["duplicate"].as_bool(), again["seq"].as_i64()),
+        (Some(true), Some(1))
+    );
+    assert!(
+        bw.drain(Duration::from_millis(300))
+            .await
+            .iter()
+            .all(|f| f["payload"]["text"] != "mine")
+    );
     let pulled = s.pull_all(&bob, cid).await;
     assert_eq!(pulled[0]["payload"], Value::Null);
     assert_eq!(pulled[0]["recalledBy"], ev);

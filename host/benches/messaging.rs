@@ -60,7 +60,10 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
             .args(["serve", "--config"])
             .arg(&config)
-            .env("COURIER_LOG", "warn")
+            .env(
+                "COURIER_LOG",
+                std::env::var("BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

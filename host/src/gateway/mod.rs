@@ -126,7 +126,7 @@ async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id:
         tokio::select! {
             biased;
             closing = device.outbox.next(&mut out) => {
-                match tokio::time::timeout(write_limit, write_all(&mut socket, &mut out)).await {
+                match write_all(&mut socket, &mut out, write_limit).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => break None,
                     Err(_) => {
@@ -210,11 +210,19 @@ fn read_failure(e: &axum::Error) -> Close {
 /// How long a write may wait for a client that does not read (at most the heartbeat).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-async fn write_all(socket: &mut WebSocket, out: &mut Vec<Utf8Bytes>) -> Result<(), axum::Error> {
+/// Writes the frames; `Err(Elapsed)` if one of them (or the flush) waited longer than
+/// `limit`, which only a client that stopped reading makes happen.
+async fn write_all(
+    socket: &mut WebSocket,
+    out: &mut Vec<Utf8Bytes>,
+    limit: Duration,
+) -> Result<Result<(), axum::Error>, tokio::time::error::Elapsed> {
     for frame in out.drain(..) {
-        socket.feed(Message::Text(frame)).await?;
+        if let Err(e) = tokio::time::timeout(limit, socket.feed(Message::Text(frame))).await? {
+            return Ok(Err(e));
+        }
     }
-    socket.flush().await
+    tokio::time::timeout(limit, socket.flush()).await
 }
 
 /// One client frame. Every error is answered on the connection, which stays open.

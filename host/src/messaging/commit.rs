@@ -90,12 +90,25 @@ pub async fn run(
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
     while rx.recv_many(&mut jobs, settings.batch_max).await > 0 {
         ops.extend(jobs.iter().map(|j| j.op.clone()));
+        let started = std::time::Instant::now();
         let result = commit_with_retries(&store, &ops, &ids, settings.recall_window_ms).await;
+        tracing::debug!(
+            ops = ops.len(),
+            micros = started.elapsed().as_micros() as u64,
+            "batch committed"
+        );
         ops.clear();
         match result {
             Ok(outcomes) => {
                 for (job, outcome) in jobs.drain(..).zip(outcomes) {
-                    if let (Op::Send(m), Outcome::Sent { message, .. }) = (&job.op, &outcome)
+                    if let (
+                        Op::Send(m),
+                        Outcome::Sent {
+                            message,
+                            duplicate: false,
+                            ..
+                        },
+                    ) = (&job.op, &outcome)
                         && let Target::Peer(peer) = &m.target
                     {
                         routes.learn(pair(&m.sender_id, peer), message.conversation_id, job.key);

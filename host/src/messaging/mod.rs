@@ -206,8 +206,11 @@ impl Core {
 
     /// The routing key of an op: its conversation's, or for a first message to a peer the
     /// pair's. With several committers, a message to a peer whose conversation this node
-    /// has not seen yet costs one read to find it.
-    async fn route_key(&self, op: &Op) -> u64 {
+    /// has not routed yet costs one read to find it.
+    async fn route_key(&self, op: &Op) -> Result<u64, ApiError> {
+        if self.routes.committers() == 1 {
+            return Ok(0);
+        }
         match op {
             Op::Read {
                 conversation_id, ..
@@ -215,7 +218,7 @@ impl Core {
             | Op::Send(NewMessage {
                 target: Target::Conversation(conversation_id),
                 ..
-            }) => self.routes.conversation_key(*conversation_id),
+            }) => Ok(self.routes.conversation_key(*conversation_id)),
             Op::Send(NewMessage {
                 target: Target::Peer(peer),
                 sender_id,
@@ -223,22 +226,33 @@ impl Core {
             }) => {
                 let pair = route::pair(sender_id, peer);
                 if let Some(id) = self.routes.private(&pair) {
-                    return self.routes.conversation_key(id);
+                    return Ok(self.routes.conversation_key(id));
                 }
-                if self.routes.committers() > 1
-                    && let Ok(Some(id)) = self.store.private_conversation(sender_id, peer).await
+                if let Some(key) = self.routes.pending_key(&pair) {
+                    return Ok(key);
+                }
+                match self
+                    .store
+                    .private_conversation(sender_id, peer)
+                    .await
+                    .map_err(ApiError::store)?
                 {
-                    self.routes.remember_private(pair, id);
-                    return self.routes.conversation_key(id);
+                    Some(id) => {
+                        self.routes.remember_private(pair, id);
+                        Ok(self.routes.conversation_key(id))
+                    }
+                    None => Ok(self.routes.pair_key(&pair)),
                 }
-                Routes::pair_key(&pair)
             }
         }
     }
 
     /// Queues a stored send or a read for its committer; the reply comes after commit.
     pub async fn submit(&self, op: Op, reply: Reply) {
-        let key = self.route_key(&op).await;
+        let key = match self.route_key(&op).await {
+            Ok(key) => key,
+            Err(e) => return reply.error(&e),
+        };
         let queue = &self.commits[self.routes.committer(key)];
         if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, key }).await {
             job.reply

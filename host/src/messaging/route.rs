@@ -22,9 +22,12 @@ pub struct Routes {
     committers: usize,
     /// Private conversations by pair (they never change).
     pairs: Mutex<HashMap<Pair, i64>>,
-    /// Conversations created by a message addressed to a peer keep the key that message
-    /// was routed by, so the sends that follow by id go to the same committer.
+    /// A conversation's key, fixed the first time the conversation is routed: its id, or,
+    /// for one created by a message to a peer, the pair's key.
     keys: Mutex<HashMap<i64, u64>>,
+    /// Pairs routed before their conversation existed here, with the key they got; both
+    /// sides' first messages and the conversation they create all take it.
+    pending: Mutex<HashMap<Pair, u64>>,
 }
 
 impl Routes {
@@ -33,6 +36,7 @@ impl Routes {
             committers: committers.max(1),
             pairs: Mutex::new(HashMap::new()),
             keys: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -44,20 +48,34 @@ impl Routes {
         (key % self.committers as u64) as usize
     }
 
+    /// The conversation's key; the first call fixes it.
     pub fn conversation_key(&self, id: i64) -> u64 {
-        self.keys
+        *self
+            .keys
             .lock()
             .expect("routes")
-            .get(&id)
-            .copied()
-            .unwrap_or(id as u64)
+            .entry(id)
+            .or_insert(id as u64)
     }
 
-    /// The key of a private conversation not created yet (the same from either side).
-    pub fn pair_key(pair: &Pair) -> u64 {
-        let mut h = DefaultHasher::new();
-        pair.hash(&mut h);
-        h.finish()
+    /// The key of a private conversation not known here yet: the same from either side,
+    /// and kept until the conversation is.
+    pub fn pair_key(&self, pair: &Pair) -> u64 {
+        *self
+            .pending
+            .lock()
+            .expect("routes")
+            .entry(pair.clone())
+            .or_insert_with(|| {
+                let mut h = DefaultHasher::new();
+                pair.hash(&mut h);
+                h.finish()
+            })
+    }
+
+    /// A key a pair was routed by before its conversation was known, if any.
+    pub fn pending_key(&self, pair: &Pair) -> Option<u64> {
+        self.pending.lock().expect("routes").get(pair).copied()
     }
 
     pub fn private(&self, pair: &Pair) -> Option<i64> {
@@ -68,10 +86,11 @@ impl Routes {
         self.pairs.lock().expect("routes").insert(pair, id);
     }
 
-    /// After a message to a peer committed in conversation `id`, routed by `key`.
+    /// After a message to a peer was stored in conversation `id`, routed by `key`: the
+    /// conversation keeps the key (unless it was routed by id before).
     pub fn learn(&self, pair: Pair, id: i64, key: u64) {
-        self.remember_private(pair, id);
         self.keys.lock().expect("routes").entry(id).or_insert(key);
+        self.remember_private(pair, id);
     }
 }
 
@@ -84,10 +103,15 @@ mod tests {
         let r = Routes::new(4);
         let p = pair("bob", "alice");
         assert_eq!(p, pair("alice", "bob"));
-        let key = Routes::pair_key(&p);
+        let key = r.pair_key(&p);
+        // The other side's first message, before the conversation exists, gets the same.
+        assert_eq!(r.pending_key(&p), Some(key));
         r.learn(p.clone(), 42, key);
         assert_eq!(r.conversation_key(42), key);
         assert_eq!(r.private(&p), Some(42));
+        assert_eq!(r.conversation_key(7), 7);
+        // A key once given is kept.
+        r.learn(pair("x", "y"), 7, 99);
         assert_eq!(r.conversation_key(7), 7);
     }
 }

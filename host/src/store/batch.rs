@@ -132,7 +132,13 @@ pub enum BatchError {
     #[error("a concurrent writer changed the same rows")]
     Conflict,
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
+}
+
+impl From<sqlx::Error> for BatchError {
+    fn from(e: sqlx::Error) -> BatchError {
+        classify(e)
+    }
 }
 
 /// Message ids: milliseconds since 2024 (41 bits), the node (10 bits), a counter (12 bits).
@@ -220,9 +226,16 @@ impl Store {
     }
 }
 
+/// A lost race with another writer (unique key, deadlock, serialization) is a conflict:
+/// the batch rolled back and may run again.
 fn classify(e: sqlx::Error) -> BatchError {
     match e.as_database_error() {
-        Some(d) if d.is_unique_violation() => BatchError::Conflict,
+        Some(d)
+            if d.is_unique_violation()
+                || matches!(d.code().as_deref(), Some("40P01") | Some("40001")) =>
+        {
+            BatchError::Conflict
+        }
         _ => BatchError::Db(e),
     }
 }
@@ -281,7 +294,7 @@ async fn run(
         .collect();
     // Resends' conversations too, to push the original again (its first push may have been
     // lost with a crash between commit and push).
-    ids.extend(stored_before.values().map(|m| m.conversation_id));
+    ids.extend(stored_before.values().map(|(m, _)| m.conversation_id));
     ids.sort_unstable();
     ids.dedup();
     let (mut heads, mut members) = lock_heads(d, conn, &ids).await?;
@@ -295,17 +308,23 @@ async fn run(
         let outcome = match op {
             Op::Send(m) => {
                 let key = (m.sender_id.clone(), m.client_msg_id.clone());
-                if let Some(original) = stored_before.get(&key).or_else(|| in_batch.get(&key)) {
-                    let recipients = match in_batch.contains_key(&key) {
-                        // Its first copy in this batch is pushed already.
-                        true => Arc::from([]),
-                        false => members
+                let earlier = match (stored_before.get(&key), in_batch.get(&key)) {
+                    // Pushed again unless recalled since (its payload is hidden now).
+                    (Some((m, recalled)), _) => Some((m.clone(), !recalled)),
+                    // Its first copy in this batch is pushed already.
+                    (None, Some(m)) => Some((m.clone(), false)),
+                    (None, None) => None,
+                };
+                if let Some((original, push_again)) = earlier {
+                    let recipients = match push_again {
+                        false => Arc::from([]),
+                        true => members
                             .get_mut(&original.conversation_id)
                             .map(Members::recipients)
                             .unwrap_or_else(|| Arc::from([])),
                     };
                     Outcome::Sent {
-                        message: original.clone(),
+                        message: original,
                         duplicate: true,
                         recipients,
                     }
@@ -632,7 +651,7 @@ async fn find_stored(
     d: Dialect,
     conn: &mut AnyConnection,
     ops: &[Op],
-) -> Result<HashMap<(String, String), Arc<Stored>>, BatchError> {
+) -> Result<HashMap<(String, String), (Arc<Stored>, bool)>, BatchError> {
     let keys: Vec<(&str, &str)> = ops
         .iter()
         .filter_map(|op| match op {
@@ -644,7 +663,7 @@ async fn find_stored(
     for chunk in shaped_chunks(&keys) {
         let sql = format!(
             "SELECT m.sender_id, m.client_msg_id, m.conversation_id, c.conversation_type, m.seq, \
-             m.msg_id, m.content_type, m.payload, m.server_time \
+             m.msg_id, m.content_type, m.payload, m.server_time, m.recalled_by \
              FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
              WHERE (m.sender_id, m.client_msg_id) IN (VALUES {})",
             tuples(d, chunk.len(), 2)
@@ -654,9 +673,10 @@ async fn find_stored(
             q = q.bind(*s).bind(*c);
         }
         for row in q.fetch_all(&mut *conn).await? {
+            let recalled = row.try_get::<i64, _>(9)? != 0;
             found.insert(
                 (row.try_get(0)?, row.try_get(1)?),
-                Arc::new(stored_from(&row)?),
+                (Arc::new(stored_from(&row)?), recalled),
             );
         }
     }

@@ -74,6 +74,7 @@ impl Store {
                 let pragmas = format!("{pragmas} {extra}");
                 AnyPoolOptions::new()
                     .max_connections(max)
+                    .test_before_acquire(false)
                     .idle_timeout(None)
                     .max_lifetime(None)
                     .acquire_timeout(Duration::from_secs(30))
@@ -98,8 +99,11 @@ impl Store {
                 dialect: Dialect::Sqlite,
             }
         } else {
+            // No ping before each use: a broken connection fails its statement, the batch
+            // rolls back and is answered `store_unavailable`, and the pool replaces it.
             let pool = AnyPoolOptions::new()
                 .max_connections(cfg.max_connections + cfg.committers as u32)
+                .test_before_acquire(false)
                 .acquire_timeout(Duration::from_secs(30))
                 // The batch statements are prepared once and run with new values every
                 // time; a generic plan for their `IN (VALUES …)` lists can turn an index

@@ -778,12 +778,8 @@ async fn bad_input_gets_documented_codes(b: Backend) {
         format!("/v1/conversations/{cid}"),
         format!("/v1/conversations/{cid}/read-positions"),
     ] {
-        let (st, body) = s.http("GET", &path, Some(&carol.token), None).await;
-        assert_eq!(
-            (st, body["error"]["code"].as_str()),
-            (403, Some("not_a_member")),
-            "{path}"
-        );
+        s.expect_error("GET", &path, Some(&carol.token), None, 403, "not_a_member")
+            .await;
     }
     assert_eq!(
         send_err(&mut c, text("c3", "c3", conv(987654), "hi")).await["code"],
@@ -809,13 +805,15 @@ async fn bad_input_gets_documented_codes(b: Backend) {
         Ws::connect(&s.addr, &alice.token, "bad*device").await.err(),
         Some(400)
     );
-    let (st, body) = s
-        .http("GET", "/v1/conversations", Some("nonsense"), None)
-        .await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (401, Some("unauthorized"))
-    );
+    s.expect_error(
+        "GET",
+        "/v1/conversations",
+        Some("nonsense"),
+        None,
+        401,
+        "unauthorized",
+    )
+    .await;
 
     // The send rate: a burst of 40, then 1 per second (per connection).
     let mut fresh = s.connect(&alice, "rate").await;
@@ -845,54 +843,42 @@ async fn bad_input_gets_documented_codes(b: Backend) {
 async fn accounts_and_tokens(b: Backend) {
     let (_db, s) = setup(&b, "accounts", "").await;
     s.user("alice").await;
-    let (st, body) = s
-        .http(
-            "POST",
-            "/v1/auth/register",
-            None,
-            Some(json!({"userId": "alice", "password": "another-password"})),
-        )
-        .await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (409, Some("user_exists"))
-    );
-    let (st, body) = s
-        .http(
-            "POST",
-            "/v1/auth/register",
-            None,
-            Some(json!({"userId": "x", "password": "short"})),
-        )
-        .await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (400, Some("bad_request"))
-    );
-    let (st, body) = s
-        .http(
-            "POST",
-            "/v1/auth/login",
-            None,
-            Some(json!({"userId": "alice", "password": "wrong-password"})),
-        )
-        .await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (401, Some("invalid_credentials"))
-    );
-    let (st, body) = s
-        .http(
-            "POST",
-            "/v1/auth/login",
-            None,
-            Some(json!({"userId": "nobody", "password": "wrong-password"})),
-        )
-        .await;
-    assert_eq!(
-        (st, body["error"]["code"].as_str()),
-        (401, Some("invalid_credentials"))
-    );
+    s.expect_error(
+        "POST",
+        "/v1/auth/register",
+        None,
+        Some(json!({"userId": "alice", "password": "another-password"})),
+        409,
+        "user_exists",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/v1/auth/register",
+        None,
+        Some(json!({"userId": "x", "password": "short"})),
+        400,
+        "bad_request",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/v1/auth/login",
+        None,
+        Some(json!({"userId": "alice", "password": "wrong-password"})),
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/v1/auth/login",
+        None,
+        Some(json!({"userId": "nobody", "password": "wrong-password"})),
+        401,
+        "invalid_credentials",
+    )
+    .await;
     let (st, body) = s
         .http(
             "POST",
@@ -931,12 +917,7 @@ async fn accounts_and_tokens(b: Backend) {
         ("POST", "/v1/messages"),
         ("GET", "/v1/conversations/1/messages"),
     ] {
-        let (st, body) = s.http(m, p, None, None).await;
-        assert_eq!(
-            (st, body["error"]["code"].as_str()),
-            (401, Some("unauthorized")),
-            "{m} {p}"
-        );
+        s.expect_error(m, p, None, None, 401, "unauthorized").await;
     }
     let (st, _) = s.http("GET", "/healthz", None, None).await;
     assert_eq!(st, 200);
@@ -1166,18 +1147,15 @@ async fn http_send_and_pull_paging(b: Backend) {
         )
         .await;
     assert_eq!(big["messages"].as_array().unwrap().len(), 120);
-    let (st, e) = s
-        .http(
-            "GET",
-            &format!("/v1/conversations/{cid}/messages?afterSeq=1&beforeSeq=9"),
-            Some(&bob.token),
-            None,
-        )
-        .await;
-    assert_eq!(
-        (st, e["error"]["code"].as_str()),
-        (400, Some("bad_request"))
-    );
+    s.expect_error(
+        "GET",
+        &format!("/v1/conversations/{cid}/messages?afterSeq=1&beforeSeq=9"),
+        Some(&bob.token),
+        None,
+        400,
+        "bad_request",
+    )
+    .await;
     // Overview paging with a cursor.
     let carol = s.user("carol").await;
     for p in ["alice", "bob"] {

@@ -9,113 +9,49 @@
 //! too when `PG_TEST_URL` names a database the bench may create others from.
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
-//! `BENCH_PHASES=tp,lat,pull,live,mem` the figures.
+//! `BENCH_PHASES=tp,lat,pull,live,mem` the figures. The server and its database are the
+//! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
+//! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time.
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
 use std::collections::HashMap;
-use std::io::BufRead as _;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::server::{Backend, Db, JWT_SECRET, Server, http_at};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-const SECRET: &str = "bench-secret-bench-secret-bench-secret-01";
+/// Send limits out of the way: the bench measures the server, not the rate limit.
+const GATEWAY: &str = "[gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
 
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// `storage` is appended to the `[storage]` section.
-    fn start(dir: &std::path::Path, url: &str, storage: &str) -> Server {
-        let config = dir.join("courier.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\n[storage]\nurl = \"{url}\"\n{storage}\n\
-                 [auth]\njwt_secret = \"{SECRET}\"\n[runtime]\ncache_dir = \"{}\"\n\
-                 [gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n",
-                dir.join("cache").display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env(
-                "COURIER_LOG",
-                std::env::var("BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .to_string();
-        Server { child, addr }
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
+fn rss_kib(server: &Server) -> u64 {
+    let pid = server.pid().unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn token(user: &str) -> String {
-    courier::auth::Tokens::new(SECRET.as_bytes(), 3600)
+    courier::auth::Tokens::new(JWT_SECRET.as_bytes(), 3600)
         .issue(user)
         .0
 }
 
 async fn http(addr: &str, method: &str, path: &str, user: &str, body: &str) -> (u16, Value) {
-    let mut conn = TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: b\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        token(user),
-        body.len()
-    );
-    conn.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    http_at(addr, method, path, Some(&token(user)), body).await
 }
 
 async fn connect(addr: &str, user: &str, device: &str) -> Ws {
@@ -424,7 +360,7 @@ async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
 /// Server RSS growth per idle WebSocket connection, over `n` connections (100 users).
 async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = server.rss_kib();
+    let before = rss_kib(server);
     let mut conns = Vec::with_capacity(n);
     let started = Instant::now();
     for i in 0..n {
@@ -435,7 +371,7 @@ async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
         conns.push(connect(&server.addr, &user, &format!("d{i}")).await);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = server.rss_kib();
+    let after = rss_kib(server);
     let per = (after.saturating_sub(before)) as f64 * 1024.0 / conns.len() as f64;
     drop(conns);
     (per, before, after)
@@ -448,23 +384,25 @@ fn phase(name: &str) -> bool {
 }
 
 async fn run(
-    db: &str,
-    url: &str,
+    name: &str,
+    backend: Backend,
     storage: &str,
-    dir: PathBuf,
     secs: f64,
 ) -> HashMap<&'static str, String> {
     let mut out = HashMap::new();
-    let server = Server::start(&dir, url, storage);
+    let db = Db::new(&backend, &format!("bench-{name}")).await;
+    let server = Server::start_with(&db, storage, GATEWAY).await;
     eprintln!(
-        "[{db}] server on {} (pid {})",
+        "[{name}] server on {} (pid {:?})",
         server.addr,
-        server.child.id()
+        server.pid()
     );
     // Latency first, on an empty database: the throughput phases leave a large WAL behind.
     if phase("lat") {
         let (p50, p99, n) = latency(&server.addr, "lat", 5000, secs).await;
-        eprintln!("[{db}] latency at 5000 msgs/s: p50 {p50:.2} ms, p99 {p99:.2} ms ({n} samples)");
+        eprintln!(
+            "[{name}] latency at 5000 msgs/s: p50 {p50:.2} ms, p99 {p99:.2} ms ({n} samples)"
+        );
         out.insert("lat", format!("{p50:.2} / {p99:.2} ms ({n} samples)"));
     }
     for (senders, key) in [(1, "tp1"), (16, "tp16"), (256, "tp256")] {
@@ -472,17 +410,17 @@ async fn run(
             break;
         }
         let r = throughput(&server.addr, &format!("{key}x"), senders, 64, secs).await;
-        eprintln!("[{db}] throughput, {senders} senders: {r:.0} msgs/s");
+        eprintln!("[{name}] throughput, {senders} senders: {r:.0} msgs/s");
         out.insert(key, format!("{r:.0}"));
     }
     if phase("pull") {
         let pull = pull_missed(&server.addr, "pull").await;
-        eprintln!("[{db}] pull 1000 missed: {pull:.2} ms");
+        eprintln!("[{name}] pull 1000 missed: {pull:.2} ms");
         out.insert("pull", format!("{pull:.2} ms"));
     }
     if phase("live") {
         let (rate, recv) = live(&server.addr, "live", secs).await;
-        eprintln!("[{db}] typing: {rate:.0} acked/s, {recv} pushes received");
+        eprintln!("[{name}] typing: {rate:.0} acked/s, {recv} pushes received");
         out.insert(
             "live",
             format!("{rate:.0} acked/s ({recv} pushes received, coalesced)"),
@@ -493,9 +431,9 @@ async fn run(
         return out;
     }
     // A fresh server for the memory figure.
-    let server = Server::start(&dir, url, storage);
+    let server = Server::start_with(&db, storage, GATEWAY).await;
     let (per, before, after) = idle_memory(&server, "mem", 10_000).await;
-    eprintln!("[{db}] idle connections: {per:.0} B each (RSS {before} KiB → {after} KiB)");
+    eprintln!("[{name}] idle connections: {per:.0} B each (RSS {before} KiB → {after} KiB)");
     out.insert(
         "mem",
         format!("{:.2} KiB (RSS {before} → {after} KiB)", per / 1024.0),
@@ -514,51 +452,26 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let base = std::env::temp_dir().join(format!("courier-bench-{}", std::process::id()));
     let mut results = Vec::new();
     for (name, sync) in [("SQLite (full)", "full"), ("SQLite (normal)", "normal")] {
         if !(only.is_empty() || only == "sqlite" || only == format!("sqlite-{sync}")) {
             continue;
         }
-        let dir = base.join(format!("sqlite-{sync}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let url = format!("sqlite://{}", dir.join("bench.db").display());
         let storage = format!("sqlite_synchronous = \"{sync}\"");
-        results.push((
-            name,
-            rt.block_on(run(&format!("sqlite-{sync}"), &url, &storage, dir, secs)),
+        let figures = rt.block_on(run(
+            &format!("sqlite-{sync}"),
+            Backend::Sqlite,
+            &storage,
+            secs,
         ));
+        results.push((name, figures));
     }
-    match std::env::var("PG_TEST_URL") {
-        Ok(admin) if only.is_empty() || only == "postgres" => {
-            let db = format!("courier_bench_{}", std::process::id());
-            rt.block_on(async {
-                use sqlx::Connection as _;
-                let mut c = sqlx::PgConnection::connect(&admin).await.unwrap();
-                sqlx::raw_sql(&format!("CREATE DATABASE {db}"))
-                    .execute(&mut c)
-                    .await
-                    .unwrap();
-            });
-            let url = format!("{}/{db}", admin.rsplit_once('/').unwrap().0);
-            let dir = base.join("postgres");
-            std::fs::create_dir_all(&dir).unwrap();
-            results.push((
-                "PostgreSQL",
-                rt.block_on(run("postgres", &url, "", dir, secs)),
-            ));
-            rt.block_on(async {
-                use sqlx::Connection as _;
-                let mut c = sqlx::PgConnection::connect(&admin).await.unwrap();
-                let _ = sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
-                    .execute(&mut c)
-                    .await;
-            });
+    if only.is_empty() || only == "postgres" {
+        // Without it, `Backend::postgres` says why it is skipped.
+        if let Some(pg) = Backend::postgres("bench") {
+            results.push(("PostgreSQL", rt.block_on(run("postgres", pg, "", secs))));
         }
-        Ok(_) => {}
-        Err(_) => eprintln!("PostgreSQL skipped: PG_TEST_URL is not set"),
     }
-    let _ = std::fs::remove_dir_all(&base);
     println!(
         "\n| figure | {} |",
         results

@@ -140,12 +140,17 @@ impl Server {
     /// Starts a server on `db`; `extra` is appended to its config (sections other than
     /// server, storage, auth and runtime).
     pub async fn start(db: &Db, extra: &str) -> Server {
+        Server::start_with(db, "", extra).await
+    }
+
+    /// As `start`, with `storage` added to the `[storage]` section.
+    pub async fn start_with(db: &Db, storage: &str, extra: &str) -> Server {
         let config = db.dir.join("courier.toml");
         std::fs::write(
             &config,
             format!(
                 "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"admin-token-0123456789\"\n\
-                 [storage]\nurl = \"{}\"\n[auth]\njwt_secret = \"{JWT_SECRET}\"\n\
+                 [storage]\nurl = \"{}\"\n{storage}\n[auth]\njwt_secret = \"{JWT_SECRET}\"\n\
                  [runtime]\ncache_dir = \"{}\"\n{extra}",
                 db.url,
                 plugin_cache().display()
@@ -247,29 +252,26 @@ impl Server {
         token: Option<&str>,
         body: &str,
     ) -> (u16, Value) {
-        let mut conn = TcpStream::connect(&self.addr).await.unwrap();
-        let auth = token
-            .map(|t| format!("Authorization: Bearer {t}\r\n"))
-            .unwrap_or_default();
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: courier\r\nConnection: close\r\n{auth}\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
+        http_at(&self.addr, method, path, token, body).await
+    }
+
+    /// A request that must fail with `status` and the error `code`; returns the body.
+    pub async fn expect_error(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+        status: u16,
+        code: &str,
+    ) -> Value {
+        let (got, body) = self.http(method, path, token, body).await;
+        assert_eq!(
+            (got, body["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {body}"
         );
-        conn.write_all(req.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
-            .await
-            .expect("HTTP answer within 30 s")
-            .unwrap();
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+        body
     }
 
     /// GET with a token, expecting 200.
@@ -310,6 +312,11 @@ impl Server {
             .unwrap_or_else(|status| panic!("connect {} {device}: HTTP {status}", user.id))
     }
 
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -319,6 +326,39 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// One HTTP/1.1 request to `addr`; the status and the JSON body (`Null` if none).
+pub async fn http_at(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, Value) {
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: courier\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
+        .await
+        .expect("HTTP answer within 30 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
 #[derive(Debug, Clone)]

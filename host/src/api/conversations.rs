@@ -38,7 +38,9 @@ pub struct MessageView {
 }
 
 impl From<MessageRow> for MessageView {
-    fn from(m: MessageRow) -> MessageView {
+    fn from(row: MessageRow) -> MessageView {
+        let payload = row.payload().map(raw);
+        let m = row.message;
         MessageView {
             conversation_type: m.conversation_type,
             conversation_id: m.conversation_id,
@@ -46,9 +48,9 @@ impl From<MessageRow> for MessageView {
             msg_id: m.msg_id.to_string(),
             sender_id: m.sender_id,
             content_type: m.content_type,
-            payload: m.payload.as_deref().map(raw),
+            payload,
             server_time: m.server_time,
-            recalled_by: (m.recalled_by != 0).then_some(m.recalled_by),
+            recalled_by: (row.recalled_by != 0).then_some(row.recalled_by),
         }
     }
 }
@@ -121,8 +123,10 @@ pub async fn pull(
         .await
         .map_err(ApiError::store)?;
     let has_more = match (after, rows.first(), rows.last()) {
-        (true, _, Some(last)) => rows.len() as i64 == limit && last.seq < m.visible_end(),
-        (false, Some(first), _) => rows.len() as i64 == limit && first.seq > m.joined_after_seq + 1,
+        (true, _, Some(last)) => rows.len() as i64 == limit && last.message.seq < m.visible_end(),
+        (false, Some(first), _) => {
+            rows.len() as i64 == limit && first.message.seq > m.joined_after_seq + 1
+        }
         _ => false,
     };
     let messages: Vec<MessageView> = rows.into_iter().map(MessageView::from).collect();
@@ -144,8 +148,8 @@ pub struct OverviewQuery {
 
 fn overview_view(s: &AppState, r: OverviewRow) -> Value {
     let last = r.last_message.map(|m| {
-        let preview = match &m.payload {
-            Some(p) => s.registry.preview(m.content_type, p),
+        let preview = match m.payload() {
+            Some(p) => s.registry.preview(m.message.content_type, p),
             None => "[recalled]".to_string(),
         };
         let mut v = serde_json::to_value(MessageView::from(m)).unwrap_or(Value::Null);

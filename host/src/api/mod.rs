@@ -141,31 +141,44 @@ impl axum::extract::FromRequestParts<AppState> for User {
     }
 }
 
-/// A JSON body, with a bad one answered in the error envelope.
+/// A JSON body of at most `gateway.max_frame_bytes`, with a bad one answered in the error
+/// envelope.
 pub struct Body<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, s: &AppState) -> Result<Body<T>, ApiError> {
-        let limit = s.core.settings.max_frame_bytes;
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
+        read_json(req, s.core.settings.max_frame_bytes)
             .await
-            .map_err(|e| {
-                if format!("{e:?}").contains("LengthLimit") {
-                    ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "request_too_large",
-                        format!("the request body is over {limit} bytes"),
-                    )
-                } else {
-                    ApiError::bad_request(format!("cannot read the request body: {e}"))
-                }
-            })?;
-        serde_json::from_slice(&bytes)
             .map(Body)
-            .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
     }
+}
+
+/// Largest body of an `/admin/*` request.
+const ADMIN_BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+/// Reads a JSON body of at most `limit` bytes: `request_too_large` above, `bad_request`
+/// for one that cannot be read or parsed.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    req: axum::extract::Request,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|e| {
+            if format!("{e:?}").contains("LengthLimit") {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    format!("the request body is over {limit} bytes"),
+                )
+            } else {
+                ApiError::bad_request(format!("cannot read the request body: {e}"))
+            }
+        })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
 }
 
 fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -267,22 +280,10 @@ struct DryRun {
 async fn dry_run(
     State(s): State<AppState>,
     headers: HeaderMap,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    body: axum::extract::Request,
 ) -> Result<Json<Value>, ApiError> {
     require_admin(&s, &headers)?;
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                "the request body is over 2 MiB",
-            )
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {e}"))
-        }
-    })?;
-    let req: DryRun = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?;
+    let req: DryRun = read_json(body, ADMIN_BODY_LIMIT).await?;
     let payload = req.payload.to_string();
     let registry = s.registry.clone();
     let result = tokio::task::spawn_blocking(move || {

@@ -88,8 +88,12 @@ pub async fn run(
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
+    let mut replies: Vec<(Reply, u64)> = Vec::with_capacity(settings.batch_max);
     while rx.recv_many(&mut jobs, settings.batch_max).await > 0 {
-        ops.extend(jobs.iter().map(|j| j.op.clone()));
+        for job in jobs.drain(..) {
+            ops.push(job.op);
+            replies.push((job.reply, job.key));
+        }
         let started = std::time::Instant::now();
         let result = commit_with_retries(&store, &ops, &ids, settings.recall_window_ms).await;
         tracing::debug!(
@@ -97,10 +101,11 @@ pub async fn run(
             micros = started.elapsed().as_micros() as u64,
             "batch committed"
         );
-        ops.clear();
         match result {
             Ok(outcomes) => {
-                for (job, outcome) in jobs.drain(..).zip(outcomes) {
+                for ((op, (reply, key)), outcome) in
+                    ops.drain(..).zip(replies.drain(..)).zip(outcomes)
+                {
                     if let (
                         Op::Send(m),
                         Outcome::Sent {
@@ -108,19 +113,20 @@ pub async fn run(
                             duplicate: false,
                             ..
                         },
-                    ) = (&job.op, &outcome)
+                    ) = (&op, &outcome)
                         && let Target::Peer(peer) = &m.target
                     {
-                        routes.learn(pair(&m.sender_id, peer), message.conversation_id, job.key);
+                        routes.learn(pair(&m.sender_id, peer), message.conversation_id, key);
                     }
-                    deliver(&hub, job.reply, outcome);
+                    deliver(&hub, reply, outcome);
                 }
             }
             Err(e) => {
-                tracing::error!(batch = jobs.len(), "commit failed: {e}");
+                tracing::error!(batch = ops.len(), "commit failed: {e}");
                 let err = ApiError::unavailable("the database did not accept the write; retry");
-                for job in jobs.drain(..) {
-                    job.reply.error(&err);
+                ops.clear();
+                for (reply, _) in replies.drain(..) {
+                    reply.error(&err);
                 }
             }
         }

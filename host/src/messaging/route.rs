@@ -7,16 +7,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
-pub type Pair = (String, String);
-
-/// The pair of two users, in order.
-pub fn pair(a: &str, b: &str) -> Pair {
-    if a <= b {
-        (a.to_string(), b.to_string())
-    } else {
-        (b.to_string(), a.to_string())
-    }
-}
+pub use crate::store::batch::{Pair, pair};
 
 pub struct Routes {
     committers: usize,

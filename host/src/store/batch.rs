@@ -240,7 +240,11 @@ fn classify(e: sqlx::Error) -> BatchError {
     }
 }
 
-fn pair(a: &str, b: &str) -> (String, String) {
+/// Two users of a private conversation, in order.
+pub type Pair = (String, String);
+
+/// The pair of two users, the same from either side.
+pub fn pair(a: &str, b: &str) -> Pair {
     if a <= b {
         (a.to_string(), b.to_string())
     } else {
@@ -518,7 +522,7 @@ async fn read(
         read_acc = acc;
         read_moves.insert(key, (read_seq, read_acc));
     }
-    let recalled = recalled_counting_after(conn, conversation_id, read_seq).await?;
+    let recalled = recalled_counting(conn, conversation_id, read_seq, head.last_seq).await?;
     Ok(Outcome::Read {
         conversation_id,
         conversation_type: head.conversation_type,
@@ -530,18 +534,21 @@ async fn read(
     })
 }
 
-/// Recalled messages that counted toward unread, after `seq`.
-pub(crate) async fn recalled_counting_after(
+/// Recalled messages that counted toward unread, in `(after, upto]`: what unread
+/// subtracts from the running counts.
+pub(crate) async fn recalled_counting(
     conn: &mut AnyConnection,
     conversation_id: i64,
-    seq: i64,
+    after: i64,
+    upto: i64,
 ) -> sqlx::Result<i64> {
     sqlx::query(
         "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
-         AND recalled_by <> 0 AND counts_unread = 1",
+         AND seq <= $3 AND recalled_by <> 0 AND counts_unread = 1",
     )
     .bind(conversation_id)
-    .bind(seq)
+    .bind(after)
+    .bind(upto)
     .fetch_one(conn)
     .await?
     .try_get(0)

@@ -5,7 +5,7 @@ use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
 use super::Store;
-use super::batch::Refused;
+use super::batch::{Refused, Stored, pair, recalled_counting};
 
 /// A member's view of one conversation: what seqs they may read.
 #[derive(Debug, Clone, Copy)]
@@ -31,17 +31,17 @@ impl Membership {
 /// A stored message as a reader sees it.
 #[derive(Debug, Clone)]
 pub struct MessageRow {
-    pub conversation_id: i64,
-    pub conversation_type: u8,
-    pub seq: i64,
-    pub msg_id: i64,
-    pub sender_id: String,
-    pub content_type: u32,
-    /// `None` once recalled.
-    pub payload: Option<String>,
-    pub server_time: i64,
+    /// Its payload is empty once recalled (not read from the database).
+    pub message: Stored,
     /// The seq of the recall event, 0 if not recalled.
     pub recalled_by: i64,
+}
+
+impl MessageRow {
+    /// The payload, `None` once recalled.
+    pub fn payload(&self) -> Option<&str> {
+        (self.recalled_by == 0).then_some(self.message.payload.as_str())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -74,18 +74,20 @@ fn message_from(
 ) -> sqlx::Result<MessageRow> {
     let recalled_by: i64 = row.try_get(first + 6)?;
     Ok(MessageRow {
-        conversation_id,
-        conversation_type,
-        seq: row.try_get(first)?,
-        msg_id: row.try_get(first + 1)?,
-        sender_id: row.try_get(first + 2)?,
-        content_type: row.try_get::<i64, _>(first + 3)? as u32,
-        payload: if recalled_by == 0 {
-            Some(row.try_get(first + 4)?)
-        } else {
-            None
+        message: Stored {
+            conversation_id,
+            conversation_type,
+            seq: row.try_get(first)?,
+            msg_id: row.try_get(first + 1)?,
+            sender_id: row.try_get(first + 2)?,
+            content_type: row.try_get::<i64, _>(first + 3)? as u32,
+            payload: if recalled_by == 0 {
+                row.try_get(first + 4)?
+            } else {
+                String::new()
+            },
+            server_time: row.try_get(first + 5)?,
         },
-        server_time: row.try_get(first + 5)?,
         recalled_by,
     })
 }
@@ -132,7 +134,7 @@ impl Store {
 
     /// The private conversation of two users, if it exists.
     pub async fn private_conversation(&self, a: &str, b: &str) -> sqlx::Result<Option<i64>> {
-        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        let (lo, hi) = pair(a, b);
         sqlx::query("SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2")
             .bind(lo)
             .bind(hi)
@@ -221,6 +223,8 @@ impl Store {
         }
         let rows = q.fetch_all(self.read()).await?;
         let mut out = Vec::with_capacity(rows.len());
+        // One connection for the recall counts, taken when the first is needed.
+        let mut conn = None;
         for row in &rows {
             let conversation_id: i64 = row.try_get(0)?;
             let conversation_type = row.try_get::<i64, _>(1)? as u8;
@@ -242,18 +246,11 @@ impl Store {
             };
             let mut unread = end_acc.unwrap_or(0) - read_acc;
             if unread > 0 {
-                let mut conn = self.read().acquire().await?;
-                let recalled = sqlx::query(
-                    "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
-                     AND seq <= $3 AND recalled_by <> 0 AND counts_unread = 1",
-                )
-                .bind(conversation_id)
-                .bind(read_seq)
-                .bind(visible_end)
-                .fetch_one(&mut *conn)
-                .await?
-                .try_get::<i64, _>(0)?;
-                unread -= recalled;
+                let conn = match &mut conn {
+                    Some(c) => c,
+                    None => conn.insert(self.read().acquire().await?),
+                };
+                unread -= recalled_counting(conn, conversation_id, read_seq, visible_end).await?;
             }
             out.push(OverviewRow {
                 conversation_id,

@@ -8,4 +8,5 @@ pub mod gateway;
 pub mod messaging;
 pub mod plugins;
 pub mod server;
+pub mod social;
 pub mod store;

@@ -38,6 +38,7 @@ pub async fn start_core(
         send_burst: config.gateway.send_burst,
         outbox_frames: config.gateway.outbox_frames,
         registration: config.auth.registration,
+        max_group_members: config.messaging.max_group_members.max(1),
     };
     Ok(Core::start(store, registry, tokens, settings))
 }

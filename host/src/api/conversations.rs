@@ -123,9 +123,9 @@ pub async fn pull(
         .await
         .map_err(ApiError::store)?;
     let has_more = match (after, rows.first(), rows.last()) {
-        (true, _, Some(last)) => rows.len() as i64 == limit && last.message.seq < m.visible_end(),
+        (true, _, Some(last)) => rows.len() as i64 == limit && m.visible_after(last.message.seq),
         (false, Some(first), _) => {
-            rows.len() as i64 == limit && first.message.seq > m.joined_after_seq + 1
+            rows.len() as i64 == limit && m.visible_before(first.message.seq)
         }
         _ => false,
     };

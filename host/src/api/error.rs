@@ -43,6 +43,21 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
+    /// `403`: not allowed (`blocked`, `permission_denied`, `join_closed`…).
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, code, message)
+    }
+
+    /// `404` with a code of its own (`group_not_found`, `request_not_found`…).
+    pub fn missing(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// `409`: the state does not allow it (`already_friends`, `request_not_pending`…).
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, code, message)
+    }
+
     /// A frame-level error on the WebSocket (no HTTP status applies).
     pub fn frame(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
@@ -98,7 +113,12 @@ impl From<ValidateError> for ApiError {
 impl From<Refused> for ApiError {
     fn from(r: Refused) -> ApiError {
         let status = match &r {
-            Refused::NotAMember(_) | Refused::RecallNotOwn(_) => StatusCode::FORBIDDEN,
+            Refused::NotAMember(_)
+            | Refused::RecallNotOwn(_)
+            | Refused::Blocked
+            | Refused::Muted(_)
+            | Refused::PermissionDenied(_) => StatusCode::FORBIDDEN,
+            Refused::GroupDissolved(_) => StatusCode::CONFLICT,
             Refused::UserNotFound(_) | Refused::MessageNotFound(_) | Refused::NoConversation(_) => {
                 StatusCode::NOT_FOUND
             }

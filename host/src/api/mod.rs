@@ -5,13 +5,15 @@
 mod accounts;
 mod conversations;
 mod error;
+mod groups;
+mod social;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -81,12 +83,57 @@ pub fn app(state: AppState) -> Router {
             "/v1/conversations/{id}/read-positions",
             get(conversations::read_positions),
         )
+        .route("/v1/user-stream", get(social::user_stream))
+        .route("/v1/friends", get(social::friends))
+        .route(
+            "/v1/friends/{userId}",
+            axum::routing::delete(social::remove_friend),
+        )
+        .route(
+            "/v1/friends/requests",
+            get(social::requests).post(social::request_friend),
+        )
+        .route("/v1/friends/requests/{id}/accept", post(social::accept))
+        .route("/v1/friends/requests/{id}/reject", post(social::reject))
+        .route("/v1/friends/requests/{id}/cancel", post(social::cancel))
+        .route("/v1/blocks", get(social::blocks))
+        .route(
+            "/v1/blocks/{userId}",
+            put(social::block).delete(social::unblock),
+        )
+        .route("/v1/groups", get(groups::mine).post(groups::create))
+        .route("/v1/groups/{id}", get(groups::one).patch(groups::patch))
+        .route(
+            "/v1/groups/{id}/members",
+            get(groups::members).post(groups::add),
+        )
+        .route("/v1/groups/{id}/kick", post(groups::kick))
+        .route("/v1/groups/{id}/quit", post(groups::quit))
+        .route("/v1/groups/{id}/dissolve", post(groups::dissolve))
+        .route("/v1/groups/{id}/transfer", post(groups::transfer))
+        .route(
+            "/v1/groups/{id}/admins/{userId}",
+            put(groups::make_admin).delete(groups::unmake_admin),
+        )
+        .route("/v1/groups/{id}/mute", post(groups::mute))
+        .route("/v1/groups/{id}/join", post(groups::join))
+        .route("/v1/groups/{id}/join-requests", get(groups::join_requests))
+        .route(
+            "/v1/groups/{id}/join-requests/{userId}/approve",
+            post(groups::approve),
+        )
+        .route(
+            "/v1/groups/{id}/join-requests/{userId}/reject",
+            post(groups::reject),
+        )
+        .route("/v1/groups/{id}/receipts", post(groups::receipts))
         .route("/v1/plugins", get(list_plugins))
         .route("/admin/plugins", get(admin_list))
         .route("/admin/plugins/{name}/enable", post(enable))
         .route("/admin/plugins/{name}/disable", post(disable))
         .route("/admin/plugins/reload", post(reload))
         .route("/admin/validate", post(dry_run))
+        .route("/admin/users/{userId}/stream/reset", post(reset_stream))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(state)
@@ -262,6 +309,25 @@ async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Va
             message,
         )),
     }
+}
+
+/// Compacts a user's stream: a new epoch, so their devices resync from the snapshots.
+async fn reset_stream(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    let user = path
+        .map(|Path(u)| u)
+        .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))?;
+    let epoch = s
+        .core
+        .store
+        .reset_user_stream(&user)
+        .await
+        .map_err(ApiError::store)?;
+    Ok(Json(json!({ "userId": user, "epoch": epoch })))
 }
 
 #[derive(Deserialize)]

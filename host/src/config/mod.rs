@@ -101,6 +101,8 @@ pub struct GatewayConfig {
 pub struct MessagingConfig {
     /// How long after sending a message its sender may recall it.
     pub recall_window_secs: u64,
+    /// Most members a group or channel may have, the owner included.
+    pub max_group_members: u32,
 }
 
 impl Default for StorageConfig {
@@ -141,6 +143,7 @@ impl Default for MessagingConfig {
     fn default() -> Self {
         Self {
             recall_window_secs: 120,
+            max_group_members: 2000,
         }
     }
 }

@@ -74,6 +74,35 @@ pub fn notify_live(
     })
 }
 
+/// An event of the user's own stream (conversation type 0).
+pub fn notify_user(e: &crate::store::stream::UserEvent) -> Utf8Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct NotifyUser<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        conversation_type: u8,
+        epoch: i64,
+        seq: i64,
+        event: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content_type: Option<u32>,
+        data: &'a RawValue,
+        server_time: i64,
+    }
+    let data = raw(&e.data);
+    encode(&NotifyUser {
+        kind: "notify",
+        conversation_type: 0,
+        epoch: e.epoch,
+        seq: e.seq,
+        event: &e.event,
+        content_type: e.content_type,
+        data: &data,
+        server_time: e.server_time,
+    })
+}
+
 /// The answer to a stored send: over WebSocket inside an `ack` frame, over HTTP the body.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(rename_all = "camelCase")]

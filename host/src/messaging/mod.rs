@@ -37,6 +37,7 @@ pub struct Settings {
     pub send_burst: u32,
     pub outbox_frames: usize,
     pub registration: bool,
+    pub max_group_members: u32,
 }
 
 /// A send the plugin accepted.
@@ -69,6 +70,10 @@ pub struct Core {
     /// Members by conversation, for live sends. Private conversations never change members.
     members: Mutex<HashMap<i64, Members>>,
     known_users: Mutex<HashSet<String>>,
+    /// `(blocker, blocked)` → in force, as last read or set on this node (live kinds).
+    blocks: Mutex<HashMap<(String, String), bool>>,
+    /// Message ids (the committers' and the server's tips).
+    pub(crate) ids: Arc<IdGen>,
 }
 
 impl Core {
@@ -108,6 +113,8 @@ impl Core {
             routes,
             members: Mutex::new(HashMap::new()),
             known_users: Mutex::new(HashSet::new()),
+            blocks: Mutex::new(HashMap::new()),
+            ids,
         })
     }
 
@@ -283,6 +290,12 @@ impl Core {
         if !members.iter().any(|m| m == sender) {
             return Err(Refused::NotAMember(conversation_id).into());
         }
+        if conversation_type == 1
+            && let Some(peer) = members.iter().find(|m| *m != sender)
+            && self.blocked(peer, sender).await?
+        {
+            return Err(Refused::Blocked.into());
+        }
         if conversation_type != live.conversation_type {
             return Err(Refused::ConversationTypeMismatch {
                 conversation_id,
@@ -328,6 +341,37 @@ impl Core {
             .ok_or_else(|| Refused::NoConversation(b.to_string()))?;
         self.routes.remember_private(key, id);
         Ok(id)
+    }
+
+    /// Whether `blocker` blocks `blocked` (cached; this node's changes update the cache).
+    pub(crate) async fn blocked(&self, blocker: &str, blocked: &str) -> Result<bool, ApiError> {
+        let key = (blocker.to_string(), blocked.to_string());
+        if let Some(b) = self.blocks.lock().expect("blocks").get(&key) {
+            return Ok(*b);
+        }
+        let b = self
+            .store
+            .is_blocked(blocker, blocked)
+            .await
+            .map_err(ApiError::store)?;
+        self.remember_block(key, b);
+        Ok(b)
+    }
+
+    pub(crate) fn remember_block(&self, key: (String, String), blocked: bool) {
+        let mut cache = self.blocks.lock().expect("blocks");
+        if cache.len() >= 100_000 {
+            cache.clear();
+        }
+        cache.insert(key, blocked);
+    }
+
+    /// Drops the cached members of a conversation whose membership changed.
+    pub(crate) fn forget_members(&self, conversation_id: i64) {
+        self.members
+            .lock()
+            .expect("members")
+            .remove(&conversation_id);
     }
 
     async fn members_of(&self, conversation_id: i64) -> Result<Members, ApiError> {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row as _};
 
+use super::social::blocked_pairs;
 use super::{Dialect, Store, placeholders, shaped_chunks, tuples};
 
 /// Where a message goes: a known conversation, or the private conversation with a peer
@@ -105,8 +106,16 @@ pub enum Refused {
     RecallWindowExpired(i64),
     #[error("message {0} is already recalled")]
     AlreadyRecalled(i64),
-    #[error("message {0} is a recall and cannot itself be recalled")]
+    #[error("message {0} is a recall or a server tip and cannot be recalled")]
     NotRecallable(i64),
+    #[error("this user blocked you")]
+    Blocked,
+    #[error("you are muted in conversation {0}")]
+    Muted(i64),
+    #[error("{0}")]
+    PermissionDenied(&'static str),
+    #[error("group {0} was dissolved")]
+    GroupDissolved(i64),
 }
 
 impl Refused {
@@ -122,6 +131,10 @@ impl Refused {
             Refused::RecallWindowExpired(_) => "recall_window_expired",
             Refused::AlreadyRecalled(_) => "already_recalled",
             Refused::NotRecallable(_) => "message_not_recallable",
+            Refused::Blocked => "blocked",
+            Refused::Muted(_) => "muted",
+            Refused::PermissionDenied(_) => "permission_denied",
+            Refused::GroupDissolved(_) => "group_dissolved",
         }
     }
 }
@@ -185,14 +198,20 @@ struct Head {
     last_seq: i64,
     acc: i64,
     dirty: bool,
+    /// Groups: everyone but owner and admins is muted.
+    mute_all: bool,
+    dissolved: bool,
 }
 
 #[derive(Default)]
 struct Members {
     /// Members now (may send, get pushes).
     current: Vec<String>,
-    /// Everyone with a membership row (may move their read position).
-    any: HashSet<String>,
+    /// Groups and channels: the role and mute of each current member.
+    roles: HashMap<String, (i64, i64)>,
+    /// Everyone with a membership row (may move their read position), with the seq their
+    /// membership ended at.
+    any: HashMap<String, Option<i64>>,
     current_arc: Option<Arc<[String]>>,
 }
 
@@ -258,16 +277,28 @@ async fn run(
     ops: &[Op],
     ctx: &BatchContext<'_>,
 ) -> Result<Vec<Outcome>, BatchError> {
-    // 1. Private conversations named by peer: look up, create the missing ones.
-    let mut pairs: Vec<(String, String)> = ops
+    // 1. Private conversations named by peer: blocks first (a blocked first message
+    // creates nothing), then look up, create the missing ones.
+    let mut by_peer: Vec<(String, String)> = ops
         .iter()
         .filter_map(|op| match op {
             Op::Send(m) => match &m.target {
-                Target::Peer(p) if p != &m.sender_id => Some(pair(&m.sender_id, p)),
+                Target::Peer(p) if p != &m.sender_id => Some((p.clone(), m.sender_id.clone())),
                 _ => None,
             },
             Op::Read { .. } => None,
         })
+        .collect();
+    by_peer.sort();
+    by_peer.dedup();
+    let blocked_by_peer = match by_peer.is_empty() {
+        true => HashSet::new(),
+        false => blocked_pairs(d, conn, &by_peer).await?,
+    };
+    let mut pairs: Vec<(String, String)> = by_peer
+        .iter()
+        .filter(|p| !blocked_by_peer.contains(*p))
+        .map(|(peer, sender)| pair(sender, peer))
         .collect();
     pairs.sort();
     pairs.dedup();
@@ -276,6 +307,9 @@ async fn run(
         match &m.target {
             Target::Conversation(id) => Ok(*id),
             Target::Peer(p) if p == &m.sender_id => Err(Refused::SelfConversation),
+            Target::Peer(p) if blocked_by_peer.contains(&(p.clone(), m.sender_id.clone())) => {
+                Err(Refused::Blocked)
+            }
             Target::Peer(p) => by_pair
                 .get(&pair(&m.sender_id, p))
                 .copied()
@@ -302,6 +336,7 @@ async fn run(
     ids.sort_unstable();
     ids.dedup();
     let (mut heads, mut members) = lock_heads(d, conn, &ids).await?;
+    let blocked = private_blocks(d, conn, ops, &heads, &members).await?;
 
     // 4. Each op in order.
     let mut pending = Pending::default();
@@ -340,6 +375,7 @@ async fn run(
                         &conversation_of,
                         &mut heads,
                         &mut members,
+                        &blocked,
                         &mut pending,
                         ctx,
                     )
@@ -398,6 +434,7 @@ async fn send(
     conversation_of: &impl Fn(&NewMessage) -> Result<i64, Refused>,
     heads: &mut HashMap<i64, Head>,
     members: &mut HashMap<i64, Members>,
+    blocked: &HashSet<(i64, String)>,
     pending: &mut Pending,
     ctx: &BatchContext<'_>,
 ) -> Result<Result<(Arc<Stored>, Arc<[String]>, i64), Refused>, BatchError> {
@@ -411,6 +448,9 @@ async fn send(
     ) else {
         return Ok(Err(Refused::NotAMember(conversation_id)));
     };
+    if head.dissolved && mem.any.contains_key(&m.sender_id) {
+        return Ok(Err(Refused::GroupDissolved(conversation_id)));
+    }
     if !mem.current.iter().any(|u| u == &m.sender_id) {
         return Ok(Err(Refused::NotAMember(conversation_id)));
     }
@@ -421,10 +461,18 @@ async fn send(
             given: m.conversation_type,
         }));
     }
+    if let Some(&(role, muted_until)) = mem.roles.get(&m.sender_id) {
+        if let Some(r) = group_refusal(head, conversation_id, role, muted_until, ctx.now) {
+            return Ok(Err(r));
+        }
+    }
+    if blocked.contains(&(conversation_id, m.sender_id.clone())) {
+        return Ok(Err(Refused::Blocked));
+    }
     if let Some(target) = m.recalls {
         flush(d, conn, pending).await?;
         let row = sqlx::query(
-            "SELECT sender_id, server_time, recalled_by, content_type FROM messages \
+            "SELECT sender_id, server_time, recalled_by, content_type, system FROM messages \
              WHERE conversation_id = $1 AND seq = $2",
         )
         .bind(conversation_id)
@@ -438,10 +486,11 @@ async fn send(
         let sent_at: i64 = row.try_get(1)?;
         let recalled_by: i64 = row.try_get(2)?;
         let content_type: i64 = row.try_get(3)?;
+        let system: i64 = row.try_get(4)?;
         if sender != m.sender_id {
             return Ok(Err(Refused::RecallNotOwn(target)));
         }
-        if content_type == i64::from(m.content_type) {
+        if content_type == i64::from(m.content_type) || system != 0 {
             return Ok(Err(Refused::NotRecallable(target)));
         }
         if recalled_by != 0 {
@@ -476,6 +525,64 @@ async fn send(
     Ok(Ok((stored, mem.recipients(), head.acc)))
 }
 
+/// What a group or channel refuses of a current member's send.
+fn group_refusal(
+    head: &Head,
+    conversation_id: i64,
+    role: i64,
+    muted_until: i64,
+    now: i64,
+) -> Option<Refused> {
+    let privileged = role >= 1;
+    if head.conversation_type == 3 && !privileged {
+        return Some(Refused::PermissionDenied(
+            "only the owner and admins post in a channel",
+        ));
+    }
+    if muted_until > now || (head.mute_all && !privileged) {
+        return Some(Refused::Muted(conversation_id));
+    }
+    None
+}
+
+/// Sends into known private conversations whose peer blocks the sender:
+/// `(conversation, sender)`.
+async fn private_blocks(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    ops: &[Op],
+    heads: &HashMap<i64, Head>,
+    members: &HashMap<i64, Members>,
+) -> Result<HashSet<(i64, String)>, BatchError> {
+    let mut asked: Vec<((String, String), i64)> = Vec::new();
+    for op in ops {
+        if let Op::Send(NewMessage {
+            target: Target::Conversation(id),
+            sender_id,
+            ..
+        }) = op
+            && heads.get(id).is_some_and(|h| h.conversation_type == 1)
+            && let Some(peer) = members
+                .get(id)
+                .and_then(|m| m.any.keys().find(|u| *u != sender_id))
+        {
+            asked.push(((peer.clone(), sender_id.clone()), *id));
+        }
+    }
+    if asked.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut pairs: Vec<(String, String)> = asked.iter().map(|(p, _)| p.clone()).collect();
+    pairs.sort();
+    pairs.dedup();
+    let found = blocked_pairs(d, conn, &pairs).await?;
+    Ok(asked
+        .into_iter()
+        .filter(|(p, _)| found.contains(p))
+        .map(|((_, sender), id)| (id, sender))
+        .collect())
+}
+
 async fn read(
     conn: &mut AnyConnection,
     user_id: &str,
@@ -491,9 +598,9 @@ async fn read(
     ) else {
         return Ok(Outcome::Refused(Refused::NotAMember(conversation_id)));
     };
-    if !mem.any.contains(user_id) {
+    let Some(left_at) = mem.any.get(user_id).copied() else {
         return Ok(Outcome::Refused(Refused::NotAMember(conversation_id)));
-    }
+    };
     let key = (user_id.to_string(), conversation_id);
     let (mut read_seq, mut read_acc) = match read_moves.get(&key) {
         Some(p) => *p,
@@ -508,7 +615,8 @@ async fn read(
         .transpose()?
         .unwrap_or((0, 0)),
     };
-    let target = seq.clamp(0, head.last_seq);
+    let end = left_at.map_or(head.last_seq, |l| l.min(head.last_seq));
+    let target = seq.clamp(0, end);
     let moved = target > read_seq;
     if moved {
         let acc: i64 =
@@ -522,14 +630,26 @@ async fn read(
         read_acc = acc;
         read_moves.insert(key, (read_seq, read_acc));
     }
-    let recalled = recalled_counting(conn, conversation_id, read_seq, head.last_seq).await?;
+    let end_acc = if end == head.last_seq {
+        head.acc
+    } else {
+        sqlx::query("SELECT unread_acc FROM messages WHERE conversation_id = $1 AND seq = $2")
+            .bind(conversation_id)
+            .bind(end)
+            .fetch_optional(&mut *conn)
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()?
+            .unwrap_or(0)
+    };
+    let recalled = recalled_counting(conn, conversation_id, read_seq, end).await?;
     Ok(Outcome::Read {
         conversation_id,
         conversation_type: head.conversation_type,
         user_id: user_id.to_string(),
         read_seq,
         moved,
-        unread: (head.acc - read_acc - recalled).max(0),
+        unread: (end_acc - read_acc - recalled).max(0),
         members: mem.recipients(),
     })
 }
@@ -554,7 +674,7 @@ pub(crate) async fn recalled_counting(
     .try_get(0)
 }
 
-async fn resolve_pairs(
+pub(crate) async fn resolve_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
     pairs: &[(String, String)],
@@ -707,8 +827,9 @@ async fn lock_heads(
         };
         let sql = format!(
             "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
-             m.user_id, m.left_at_seq FROM conversations c \
+             m.user_id, m.left_at_seq, m.role, m.muted_until, g.mute_all, g.state FROM conversations c \
              LEFT JOIN members m ON m.conversation_id = c.conversation_id \
+             LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
              WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
             placeholders(d, 1, chunk.len())
         );
@@ -718,18 +839,27 @@ async fn lock_heads(
         }
         for row in q.fetch_all(&mut *conn).await? {
             let id: i64 = row.try_get(0)?;
-            heads.entry(id).or_insert(Head {
+            let head = heads.entry(id).or_insert(Head {
                 conversation_type: row.try_get::<i64, _>(1)? as u8,
                 last_seq: row.try_get(2)?,
                 acc: row.try_get(3)?,
                 dirty: false,
+                mute_all: row.try_get::<Option<i64>, _>(8)?.unwrap_or(0) != 0,
+                dissolved: row.try_get::<Option<i64>, _>(9)?.unwrap_or(0) != 0,
             });
+            let group = head.conversation_type >= 2;
             let entry = members.entry(id).or_default();
             if let Some(user) = row.try_get::<Option<String>, _>(4)? {
-                if row.try_get::<Option<i64>, _>(5)?.is_none() {
+                let left_at = row.try_get::<Option<i64>, _>(5)?;
+                if left_at.is_none() {
                     entry.current.push(user.clone());
+                    if group {
+                        let role = row.try_get::<Option<i64>, _>(6)?.unwrap_or(0);
+                        let muted = row.try_get::<Option<i64>, _>(7)?.unwrap_or(0);
+                        entry.roles.insert(user.clone(), (role, muted));
+                    }
                 }
-                entry.any.insert(user);
+                entry.any.insert(user, left_at);
             }
         }
     }

@@ -7,6 +7,9 @@
 
 pub mod accounts;
 pub mod batch;
+pub mod groups;
+pub mod social;
+pub mod stream;
 pub mod sync;
 
 use std::str::FromStr;

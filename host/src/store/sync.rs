@@ -8,13 +8,16 @@ use super::Store;
 use super::batch::{Refused, Stored, pair, recalled_counting};
 
 /// A member's view of one conversation: what seqs they may read.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Membership {
     pub conversation_type: u8,
     pub last_seq: i64,
-    /// The member sees seq in `(joined_after_seq, left_at_seq.unwrap_or(last_seq)]`.
+    /// The latest interval: the member sees seq in
+    /// `(joined_after_seq, left_at_seq.unwrap_or(last_seq)]`.
     pub joined_after_seq: i64,
     pub left_at_seq: Option<i64>,
+    /// Earlier intervals `(after, upto]` of a member who left and joined again, ascending.
+    pub earlier: Vec<(i64, i64)>,
 }
 
 impl Membership {
@@ -25,6 +28,25 @@ impl Membership {
 
     pub fn is_current(&self) -> bool {
         self.left_at_seq.is_none()
+    }
+
+    /// Every visible interval `(after, upto]`, ascending.
+    pub fn intervals(&self) -> Vec<(i64, i64)> {
+        let mut v = self.earlier.clone();
+        v.push((self.joined_after_seq, self.visible_end()));
+        v
+    }
+
+    /// Whether some visible seq is above `seq`.
+    pub fn visible_after(&self, seq: i64) -> bool {
+        self.intervals().iter().any(|&(lo, hi)| hi > seq.max(lo))
+    }
+
+    /// Whether some visible seq is below `seq`.
+    pub fn visible_before(&self, seq: i64) -> bool {
+        self.intervals()
+            .iter()
+            .any(|&(lo, hi)| lo + 1 < seq && lo < hi)
     }
 }
 
@@ -111,11 +133,29 @@ impl Store {
         let Some(row) = row else {
             return Ok(Err(Refused::NotAMember(conversation_id)));
         };
+        let conversation_type = row.try_get::<i64, _>(0)? as u8;
+        // Only groups and channels have members who come and go.
+        let earlier = if conversation_type >= 2 {
+            sqlx::query(
+                "SELECT joined_after_seq, left_at_seq FROM member_intervals \
+                 WHERE conversation_id = $1 AND user_id = $2 ORDER BY joined_after_seq",
+            )
+            .bind(conversation_id)
+            .bind(user_id)
+            .fetch_all(self.read())
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<sqlx::Result<_>>()?
+        } else {
+            Vec::new()
+        };
         Ok(Ok(Membership {
-            conversation_type: row.try_get::<i64, _>(0)? as u8,
+            conversation_type,
             last_seq: row.try_get(1)?,
             joined_after_seq: row.try_get(2)?,
             left_at_seq: row.try_get(3)?,
+            earlier,
         }))
     }
 
@@ -144,7 +184,8 @@ impl Store {
             .transpose()
     }
 
-    /// Up to `limit` messages after or before a seq, ascending, within what `m` may see.
+    /// Up to `limit` messages after or before a seq, ascending, within what `m` may see:
+    /// one index range scan per visible interval, until the page is full.
     pub async fn pull(
         &self,
         conversation_id: i64,
@@ -152,36 +193,54 @@ impl Store {
         direction: Direction,
         limit: i64,
     ) -> sqlx::Result<Vec<MessageRow>> {
-        let lo = m.joined_after_seq;
-        let hi = m.visible_end();
-        let rows = match direction {
+        let intervals = m.intervals();
+        let mut conn = self.read().acquire().await?;
+        let mut rows = Vec::new();
+        match direction {
             Direction::After(after) => {
-                sqlx::query(&format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 \
-                     AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
-                ))
-                .bind(conversation_id)
-                .bind(after.max(lo))
-                .bind(hi)
-                .bind(limit)
-                .fetch_all(self.read())
-                .await?
+                for (lo, hi) in intervals {
+                    let from = after.max(lo);
+                    let left = limit - rows.len() as i64;
+                    if from >= hi || left <= 0 {
+                        continue;
+                    }
+                    rows.extend(
+                        sqlx::query(&format!(
+                            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 \
+                             AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+                        ))
+                        .bind(conversation_id)
+                        .bind(from)
+                        .bind(hi)
+                        .bind(left)
+                        .fetch_all(&mut *conn)
+                        .await?,
+                    );
+                }
             }
             Direction::Before(before) => {
-                let mut rows = sqlx::query(&format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 \
-                     AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4"
-                ))
-                .bind(conversation_id)
-                .bind(lo)
-                .bind(before.min(hi.saturating_add(1)))
-                .bind(limit)
-                .fetch_all(self.read())
-                .await?;
+                for (lo, hi) in intervals.into_iter().rev() {
+                    let below = before.min(hi.saturating_add(1));
+                    let left = limit - rows.len() as i64;
+                    if below <= lo + 1 || left <= 0 {
+                        continue;
+                    }
+                    rows.extend(
+                        sqlx::query(&format!(
+                            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = $1 \
+                             AND seq > $2 AND seq < $3 ORDER BY seq DESC LIMIT $4"
+                        ))
+                        .bind(conversation_id)
+                        .bind(lo)
+                        .bind(below)
+                        .bind(left)
+                        .fetch_all(&mut *conn)
+                        .await?,
+                    );
+                }
                 rows.reverse();
-                rows
             }
-        };
+        }
         rows.iter()
             .map(|r| message_from(r, 0, conversation_id, m.conversation_type))
             .collect()

@@ -1,5 +1,6 @@
 //! `friend-request` (content type 7): a friend request and its outcome, written by the
-//! server into the users' streams (conversation type 0). Clients never send it directly.
+//! server into the users' streams (conversation type 0), and the "you are now friends" tip
+//! (`accepted`) in their private conversation (type 1). Clients never send it directly.
 
 use courier_plugin_sdk::{
     Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
@@ -38,14 +39,20 @@ impl Plugin for FriendRequestKind {
             content_type: 7,
             delivery: Delivery::Persistent,
             counts_unread: false,
-            conversation_types: &[0],
+            conversation_types: &[0, 1],
             sender: Sender::System,
             max_payload_bytes: 2048,
             description: "Friend request and its outcome, in the users' streams; emitted by the server",
         }
     }
 
-    fn validate(_ctx: &Context, p: FriendRequest) -> Result<FriendRequest, Rejection> {
+    fn validate(ctx: &Context, p: FriendRequest) -> Result<FriendRequest, Rejection> {
+        if ctx.conversation_type == 1 && p.action != Action::Accepted {
+            return Err(Rejection::new(
+                "not_a_tip",
+                "in a private conversation only the accepted tip is stored",
+            ));
+        }
         check::id("requestId", &p.request_id, 64)?;
         check::id("fromUserId", &p.from_user_id, 64)?;
         check::id("toUserId", &p.to_user_id, 64)?;
@@ -63,7 +70,7 @@ impl Plugin for FriendRequestKind {
         match p.action {
             Action::Requested if p.message.is_empty() => "new friend request".into(),
             Action::Requested => format!("friend request: {}", p.message),
-            Action::Accepted => "friend request accepted".into(),
+            Action::Accepted => "you are now friends".into(),
             Action::Rejected => "friend request declined".into(),
             Action::Cancelled => "friend request withdrawn".into(),
         }
@@ -92,6 +99,16 @@ impl Plugin for FriendRequestKind {
                 r#"{"action":"poke","requestId":"r1","fromUserId":"alice","toUserId":"bob"}"#,
             ),
             Example::reject("missing-ids", 0, r#"{"action":"requested"}"#),
+            Example::accept(
+                "friends-tip",
+                1,
+                r#"{"action":"accepted","requestId":"r1","fromUserId":"alice","toUserId":"bob"}"#,
+            ),
+            Example::reject(
+                "request-in-private",
+                1,
+                r#"{"action":"requested","requestId":"r1","fromUserId":"alice","toUserId":"bob"}"#,
+            ),
         ]
     }
 }

@@ -1,15 +1,57 @@
-//! `group-update` (content type 9): the tip "X changed the group's name/notice/avatar" or
-//! "X muted everyone". Emitted by the server; stored, does not count toward unread.
+//! `group-update` (content type 9): the tips of a group or channel other than kicks —
+//! settings changed ("X renamed the group", "X muted everyone") and membership events
+//! ("X added Y", "Y left", "X dissolved the group"). Emitted by the server; stored, does
+//! not count toward unread.
 
 use courier_plugin_sdk::{
     Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
 };
 use serde::{Deserialize, Serialize};
 
+const MAX_USERS: usize = 2000;
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+enum Event {
+    Created,
+    MembersAdded,
+    Joined,
+    Left,
+    Dissolved,
+    OwnerChanged,
+    AdminAdded,
+    AdminRemoved,
+    MemberMuted,
+    MemberUnmuted,
+}
+
+impl Event {
+    /// Whether the event names the users it concerns.
+    fn needs_users(self) -> bool {
+        !matches!(self, Event::Created | Event::Dissolved)
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum JoinPolicy {
+    Open,
+    Approval,
+    Invite,
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct GroupUpdate {
     operator_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    event: Option<Event>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    user_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    muted_until: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join_policy: Option<JoinPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,18 +76,61 @@ impl Plugin for GroupUpdateKind {
             counts_unread: false,
             conversation_types: &[2, 3],
             sender: Sender::System,
-            max_payload_bytes: 8 * 1024,
-            description: "Tip in a group or channel: name, notice, avatar or mute-all changed; emitted by the server",
+            max_payload_bytes: 160 * 1024,
+            description: "Tip in a group or channel: settings changed or a membership event; emitted by the server",
         }
     }
 
     fn validate(_ctx: &Context, p: GroupUpdate) -> Result<GroupUpdate, Rejection> {
         check::id("operatorId", &p.operator_id, 64)?;
-        if p.name.is_none() && p.notice.is_none() && p.avatar.is_none() && p.mute_all.is_none() {
+        if p.name.is_none()
+            && p.notice.is_none()
+            && p.avatar.is_none()
+            && p.mute_all.is_none()
+            && p.join_policy.is_none()
+            && p.event.is_none()
+        {
             return Err(Rejection::new(
                 "no_change",
-                "at least one of name, notice, avatar, muteAll is required",
+                "at least one of event, name, notice, avatar, muteAll, joinPolicy is required",
             ));
+        }
+        if p.user_ids.len() > MAX_USERS {
+            return Err(Rejection::new(
+                "bad_member_list",
+                format!("userIds lists at most {MAX_USERS} users"),
+            ));
+        }
+        let mut user_ids: Vec<String> = Vec::with_capacity(p.user_ids.len());
+        for id in p.user_ids {
+            check::id("userIds[]", &id, 64)?;
+            if !user_ids.contains(&id) {
+                user_ids.push(id);
+            }
+        }
+        match p.event {
+            Some(e) if e.needs_users() && user_ids.is_empty() => {
+                return Err(Rejection::new(
+                    "bad_member_list",
+                    "this event names the users it concerns in userIds",
+                ));
+            }
+            None if !user_ids.is_empty() => {
+                return Err(Rejection::new(
+                    "bad_member_list",
+                    "userIds comes with an event",
+                ));
+            }
+            _ => {}
+        }
+        if (p.event == Some(Event::MemberMuted)) != p.muted_until.is_some() {
+            return Err(Rejection::new(
+                "bad_mute",
+                "mutedUntil comes with the memberMuted event, and only with it",
+            ));
+        }
+        if p.muted_until.is_some_and(|t| t <= 0) {
+            return Err(Rejection::new("bad_mute", "mutedUntil must be a time in ms"));
         }
         let name = p
             .name
@@ -62,6 +147,10 @@ impl Plugin for GroupUpdateKind {
         }
         Ok(GroupUpdate {
             operator_id: p.operator_id,
+            event: p.event,
+            user_ids,
+            muted_until: p.muted_until,
+            join_policy: p.join_policy,
             name,
             notice,
             avatar: p.avatar,
@@ -71,6 +160,24 @@ impl Plugin for GroupUpdateKind {
 
     fn preview(p: &GroupUpdate) -> String {
         let who = &p.operator_id;
+        let users = match p.user_ids.as_slice() {
+            [one] => one.clone(),
+            many => format!("{} members", many.len()),
+        };
+        if let Some(e) = p.event {
+            return match e {
+                Event::Created => format!("{who} created the group"),
+                Event::MembersAdded => format!("{who} added {users}"),
+                Event::Joined => format!("{users} joined"),
+                Event::Left => format!("{users} left"),
+                Event::Dissolved => format!("{who} dissolved the group"),
+                Event::OwnerChanged => format!("{users} is now the owner"),
+                Event::AdminAdded => format!("{who} made {users} an admin"),
+                Event::AdminRemoved => format!("{users} is no longer an admin"),
+                Event::MemberMuted => format!("{who} muted {users}"),
+                Event::MemberUnmuted => format!("{who} unmuted {users}"),
+            };
+        }
         if let Some(n) = &p.name {
             format!("{who} renamed the group to {n}")
         } else if let Some(n) = &p.notice {
@@ -81,6 +188,13 @@ impl Plugin for GroupUpdateKind {
             }
         } else if p.avatar.is_some() {
             format!("{who} changed the group picture")
+        } else if let Some(j) = p.join_policy {
+            let how = match j {
+                JoinPolicy::Open => "anyone may join",
+                JoinPolicy::Approval => "joining needs approval",
+                JoinPolicy::Invite => "members are invited",
+            };
+            format!("{who} changed who may join: {how}")
         } else if p.mute_all == Some(true) {
             format!("{who} muted everyone")
         } else {
@@ -106,6 +220,37 @@ impl Plugin for GroupUpdateKind {
                 r#"{"operatorId":"admin1","avatar":"https://cdn.example.com/g.png"}"#,
             ),
             Example::accept("mute-all", 2, r#"{"operatorId":"owner","muteAll":true}"#),
+            Example::accept(
+                "created",
+                2,
+                r#"{"operatorId":"owner","event":"created","userIds":["bob","carol"],"name":"Hiking"}"#,
+            ),
+            Example::accept(
+                "added",
+                2,
+                r#"{"operatorId":"owner","event":"membersAdded","userIds":["dave","dave"]}"#,
+            ),
+            Example::accept(
+                "muted",
+                2,
+                r#"{"operatorId":"owner","event":"memberMuted","userIds":["bob"],"mutedUntil":1795953560384}"#,
+            ),
+            Example::accept(
+                "policy",
+                3,
+                r#"{"operatorId":"owner","joinPolicy":"approval"}"#,
+            ),
+            Example::reject(
+                "added-nobody",
+                2,
+                r#"{"operatorId":"owner","event":"membersAdded"}"#,
+            ),
+            Example::reject(
+                "mute-without-time",
+                2,
+                r#"{"operatorId":"owner","event":"memberMuted","userIds":["bob"]}"#,
+            ),
+            Example::reject("bad-event", 2, r#"{"operatorId":"owner","event":"exploded"}"#),
             Example::reject("nothing", 2, r#"{"operatorId":"owner"}"#),
             Example::reject("empty-name", 2, r#"{"operatorId":"owner","name":""}"#),
             Example::reject(

@@ -1,0 +1,375 @@
+//! Groups and channels over HTTP: the changes (in `social::groups`) and the snapshots.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState, Body, User};
+use crate::social::groups_info as info;
+use crate::social::{GroupPatch, NewGroup};
+use crate::store::batch::Refused;
+use crate::store::groups::{Group, Role};
+
+type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
+type IdUserPath = Result<Path<(i64, String)>, axum::extract::rejection::PathRejection>;
+
+fn group_id(path: IdPath) -> Result<i64, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|_| ApiError::bad_request("the group id must be an integer"))
+}
+
+fn id_user(path: IdUserPath) -> Result<(i64, String), ApiError> {
+    path.map(|Path(p)| p)
+        .map_err(|_| ApiError::bad_request("the path is /v1/groups/{integer id}/…/{userId}"))
+}
+
+fn not_found(id: i64) -> ApiError {
+    ApiError::missing("group_not_found", format!("no group or channel {id}"))
+}
+
+async fn group_of(s: &AppState, id: i64) -> Result<Group, ApiError> {
+    s.core
+        .store
+        .group(id)
+        .await
+        .map_err(ApiError::store)?
+        .ok_or_else(|| not_found(id))
+}
+
+/// The caller's current role, or `not_a_member`.
+async fn current_role(s: &AppState, id: i64, user: &str) -> Result<Role, ApiError> {
+    group_of(s, id).await?;
+    s.core
+        .store
+        .member(id, user)
+        .await
+        .map_err(ApiError::store)?
+        .filter(|m| m.is_current())
+        .map(|m| m.role)
+        .ok_or_else(|| Refused::NotAMember(id).into())
+}
+
+pub async fn create(
+    State(s): State<AppState>,
+    User(user): User,
+    Body(b): Body<NewGroup>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(s.core.create_group(&user, b).await?))
+}
+
+pub async fn mine(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    let list: Vec<Value> = s
+        .core
+        .store
+        .my_groups(&user)
+        .await
+        .map_err(ApiError::store)?
+        .into_iter()
+        .map(|(g, m)| {
+            let mut v = info(&g);
+            v["memberState"] = m.state.as_str().into();
+            v["role"] = m.role.as_str().into();
+            v["mutedUntil"] = m.muted_until.into();
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "groups": list })))
+}
+
+pub async fn one(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    let g = group_of(&s, id).await?;
+    let discoverable = !g.dissolved && matches!(g.join_policy.as_str(), "open" | "approval");
+    if !discoverable {
+        s.core
+            .store
+            .member(id, &user)
+            .await
+            .map_err(ApiError::store)?
+            .ok_or(Refused::NotAMember(id))?;
+    }
+    Ok(Json(info(&g)))
+}
+
+pub async fn patch(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<GroupPatch>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(s.core.patch_group(&user, group_id(path)?, b).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MembersQuery {
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn members(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    q: Result<Query<MembersQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    let Query(q) = q.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let limit = q.limit.unwrap_or(200);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be 1 to 1000"));
+    }
+    let role = current_role(&s, id, &user).await?;
+    let g = group_of(&s, id).await?;
+    if g.conversation_type == 3 && role < Role::Admin {
+        return Err(ApiError::forbidden(
+            "permission_denied",
+            "a channel's subscribers do not see its member list",
+        ));
+    }
+    let rows = s
+        .core
+        .store
+        .group_members(id, q.after.as_deref().unwrap_or(""), limit + 1)
+        .await
+        .map_err(ApiError::store)?;
+    let has_more = rows.len() as i64 > limit;
+    let list: Vec<Value> = rows
+        .iter()
+        .take(limit as usize)
+        .map(|m| {
+            json!({
+                "userId": m.user_id,
+                "role": m.role.as_str(),
+                "mutedUntil": m.muted_until,
+                "joinedAt": m.joined_at,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "members": list, "hasMore": has_more })))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UsersBody {
+    user_ids: Vec<String>,
+    #[serde(default)]
+    reason: String,
+}
+
+pub async fn add(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<UsersBody>,
+) -> Result<Json<Value>, ApiError> {
+    if !b.reason.is_empty() {
+        return Err(ApiError::bad_request("adding members takes no reason"));
+    }
+    let added = s
+        .core
+        .add_members(&user, group_id(path)?, b.user_ids)
+        .await?;
+    Ok(Json(json!({ "added": added })))
+}
+
+pub async fn kick(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<UsersBody>,
+) -> Result<Json<Value>, ApiError> {
+    let kicked = s
+        .core
+        .kick(&user, group_id(path)?, b.user_ids, b.reason)
+        .await?;
+    Ok(Json(json!({ "kicked": kicked })))
+}
+
+pub async fn quit(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    s.core.quit(&user, id).await?;
+    Ok(Json(json!({ "conversationId": id, "memberState": "left" })))
+}
+
+pub async fn dissolve(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    s.core.dissolve(&user, id).await?;
+    Ok(Json(json!({ "conversationId": id, "state": "dissolved" })))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserBody {
+    user_id: String,
+}
+
+pub async fn transfer(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<UserBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        s.core.transfer(&user, group_id(path)?, &b.user_id).await?,
+    ))
+}
+
+pub async fn make_admin(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdUserPath,
+) -> Result<Json<Value>, ApiError> {
+    let (id, other) = id_user(path)?;
+    Ok(Json(s.core.set_admin(&user, id, &other, true).await?))
+}
+
+pub async fn unmake_admin(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdUserPath,
+) -> Result<Json<Value>, ApiError> {
+    let (id, other) = id_user(path)?;
+    Ok(Json(s.core.set_admin(&user, id, &other, false).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MuteBody {
+    user_id: String,
+    until: i64,
+}
+
+pub async fn mute(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<MuteBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        s.core
+            .mute(&user, group_id(path)?, &b.user_id, b.until)
+            .await?,
+    ))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinBody {
+    #[serde(default)]
+    message: String,
+}
+
+pub async fn join(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    let b: JoinBody = if body.is_empty() {
+        JoinBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?
+    };
+    Ok(Json(s.core.join(&user, id, &b.message).await?))
+}
+
+pub async fn join_requests(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    if current_role(&s, id, &user).await? < Role::Admin {
+        return Err(ApiError::forbidden(
+            "permission_denied",
+            "only the owner and admins see join requests",
+        ));
+    }
+    let list: Vec<Value> = s
+        .core
+        .store
+        .pending_join_requests(id)
+        .await
+        .map_err(ApiError::store)?
+        .iter()
+        .map(|r| {
+            json!({
+                "requestId": r.request_id,
+                "userId": r.user_id,
+                "message": r.message,
+                "state": r.state_str(),
+                "createdAt": r.created_at,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "requests": list })))
+}
+
+pub async fn approve(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdUserPath,
+) -> Result<Json<Value>, ApiError> {
+    let (id, other) = id_user(path)?;
+    Ok(Json(s.core.decide_join(&user, id, &other, true).await?))
+}
+
+pub async fn reject(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdUserPath,
+) -> Result<Json<Value>, ApiError> {
+    let (id, other) = id_user(path)?;
+    Ok(Json(s.core.decide_join(&user, id, &other, false).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReceiptsBody {
+    seqs: Vec<i64>,
+}
+
+pub async fn receipts(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<ReceiptsBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = group_id(path)?;
+    if b.seqs.is_empty() || b.seqs.len() > 100 {
+        return Err(ApiError::bad_request("seqs lists 1 to 100 seqs"));
+    }
+    current_role(&s, id, &user).await?;
+    let mut list = Vec::with_capacity(b.seqs.len());
+    for r in s
+        .core
+        .store
+        .receipts(id, &b.seqs)
+        .await
+        .map_err(ApiError::store)?
+        .into_iter()
+        .zip(&b.seqs)
+    {
+        match r {
+            (Some((seq, read, of)), _) => list.push(json!({ "seq": seq, "read": read, "of": of })),
+            (None, seq) => return Err(Refused::MessageNotFound(*seq).into()),
+        }
+    }
+    Ok(Json(json!({ "receipts": list })))
+}

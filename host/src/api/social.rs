@@ -1,0 +1,232 @@
+//! The user stream, friends and blocks over HTTP.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState, Body, User};
+use crate::gateway::frames::raw;
+use crate::social::Decision;
+use crate::store::social::FriendRequest;
+
+type Rejected<T> = Result<T, axum::extract::rejection::QueryRejection>;
+type Segment = Result<Path<String>, axum::extract::rejection::PathRejection>;
+
+fn segment(path: Segment) -> Result<String, ApiError> {
+    path.map(|Path(s)| s)
+        .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))
+}
+
+fn query<T>(q: Rejected<Query<T>>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StreamQuery {
+    epoch: Option<i64>,
+    after_seq: Option<i64>,
+    limit: Option<i64>,
+}
+
+pub async fn user_stream(
+    State(s): State<AppState>,
+    User(user): User,
+    q: Rejected<Query<StreamQuery>>,
+) -> Result<Json<Value>, ApiError> {
+    let q = query(q)?;
+    let limit = q.limit.unwrap_or(100);
+    if !(0..=500).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be 0 to 500"));
+    }
+    let after = q.after_seq.unwrap_or(0).max(0);
+    let page = s
+        .core
+        .store
+        .user_stream(&user, q.epoch, after, limit)
+        .await
+        .map_err(ApiError::store)?
+        .map_err(|m| {
+            ApiError::conflict(
+                "resync_required",
+                format!(
+                    "the stream was rebuilt: its epoch is now {}; reload the snapshots and pull from 0",
+                    m.current
+                ),
+            )
+        })?;
+    let has_more = page.events.last().is_some_and(|e| e.seq < page.last_seq)
+        || (page.events.is_empty() && limit > 0 && after < page.last_seq);
+    let events: Vec<Value> = page
+        .events
+        .iter()
+        .map(|e| {
+            let mut v = json!({
+                "seq": e.seq,
+                "event": e.event,
+                "data": raw(&e.data),
+                "serverTime": e.server_time,
+            });
+            if let Some(c) = e.content_type {
+                v["contentType"] = c.into();
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({
+        "epoch": page.epoch,
+        "lastSeq": page.last_seq,
+        "hasMore": has_more,
+        "events": events,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestBody {
+    user_id: String,
+    #[serde(default)]
+    message: String,
+}
+
+pub async fn request_friend(
+    State(s): State<AppState>,
+    User(user): User,
+    Body(b): Body<RequestBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(
+        s.core.friend_request(&user, &b.user_id, &b.message).await?,
+    ))
+}
+
+async fn decide(
+    s: AppState,
+    user: String,
+    path: Segment,
+    decision: Decision,
+) -> Result<Json<Value>, ApiError> {
+    let id = segment(path)?;
+    Ok(Json(
+        s.core.decide_friend_request(&user, &id, decision).await?,
+    ))
+}
+
+pub async fn accept(
+    State(s): State<AppState>,
+    User(user): User,
+    path: Segment,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, path, Decision::Accept).await
+}
+
+pub async fn reject(
+    State(s): State<AppState>,
+    User(user): User,
+    path: Segment,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, path, Decision::Reject).await
+}
+
+pub async fn cancel(
+    State(s): State<AppState>,
+    User(user): User,
+    path: Segment,
+) -> Result<Json<Value>, ApiError> {
+    decide(s, user, path, Decision::Cancel).await
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestsQuery {
+    direction: Option<String>,
+}
+
+fn request_view(r: &FriendRequest) -> Value {
+    json!({
+        "requestId": r.request_id,
+        "fromUserId": r.from_user,
+        "toUserId": r.to_user,
+        "message": r.message,
+        "state": r.state.as_str(),
+        "createdAt": r.created_at,
+        "updatedAt": r.updated_at,
+    })
+}
+
+pub async fn requests(
+    State(s): State<AppState>,
+    User(user): User,
+    q: Rejected<Query<RequestsQuery>>,
+) -> Result<Json<Value>, ApiError> {
+    let incoming = match query(q)?.direction.as_deref() {
+        None | Some("in") => true,
+        Some("out") => false,
+        Some(_) => return Err(ApiError::bad_request("direction is in or out")),
+    };
+    let list = s
+        .core
+        .store
+        .pending_requests(&user, incoming)
+        .await
+        .map_err(ApiError::store)?;
+    let list: Vec<Value> = list.iter().map(request_view).collect();
+    Ok(Json(json!({ "requests": list })))
+}
+
+pub async fn friends(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    let list: Vec<Value> = s
+        .core
+        .store
+        .friends(&user)
+        .await
+        .map_err(ApiError::store)?
+        .into_iter()
+        .map(|(u, since)| json!({ "userId": u, "since": since }))
+        .collect();
+    Ok(Json(json!({ "friends": list })))
+}
+
+pub async fn remove_friend(
+    State(s): State<AppState>,
+    User(user): User,
+    path: Segment,
+) -> Result<Json<Value>, ApiError> {
+    let other = segment(path)?;
+    s.core.remove_friend(&user, &other).await?;
+    Ok(Json(json!({ "userId": other, "removed": true })))
+}
+
+pub async fn blocks(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+    let list: Vec<Value> = s
+        .core
+        .store
+        .blocks(&user)
+        .await
+        .map_err(ApiError::store)?
+        .into_iter()
+        .map(|(u, since)| json!({ "userId": u, "since": since }))
+        .collect();
+    Ok(Json(json!({ "blocks": list })))
+}
+
+pub async fn block(
+    State(s): State<AppState>,
+    User(user): User,
+    path: Segment,
+) -> Result<Json<Value>, ApiError> {
+    let other = segment(path)?;
+    s.core.set_block(&user, &other, true).await?;
+    Ok(Json(json!({ "userId": other, "blocked": true })))
+}
+
+pub async fn unblock(
+    State(s): State<AppState>,
+    User(user): User,
+    path: Segment,
+) -> Result<Json<Value>, ApiError> {
+    let other = segment(path)?;
+    s.core.set_block(&user, &other, false).await?;
+    Ok(Json(json!({ "userId": other, "blocked": false })))
+}

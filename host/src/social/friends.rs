@@ -1,0 +1,339 @@
+//! Friend requests, friendships and blocks. Every change locks both users' stream heads
+//! first, so the changes of one pair are serialized (two crossing requests see each
+//! other) and each event gets its seq in commit order.
+
+use serde_json::{Value, json};
+use sqlx::AnyConnection;
+
+use super::{Effects, OpError, value};
+use crate::api::ApiError;
+use crate::auth::valid_user_id;
+use crate::messaging::Core;
+use crate::store::batch::{Refused, pair, resolve_pairs};
+use crate::store::groups::{append_system, lock_head};
+use crate::store::now_ms;
+use crate::store::social::{self as q, FriendRequest, RequestState};
+use crate::store::stream::StreamWriter;
+
+/// The friend-request kind.
+const FRIEND_REQUEST: u32 = 7;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Accept,
+    Reject,
+    Cancel,
+}
+
+fn peer_id(me: &str, other: &str) -> Result<(), ApiError> {
+    if !valid_user_id(other) {
+        return Err(ApiError::bad_request("not a valid user id"));
+    }
+    if me == other {
+        return Err(ApiError::bad_request("that is you"));
+    }
+    Ok(())
+}
+
+impl Core {
+    /// Sends (or renews) a friend request; crossing requests become a friendship.
+    pub async fn friend_request(
+        &self,
+        me: &str,
+        to: &str,
+        message: &str,
+    ) -> Result<Value, ApiError> {
+        peer_id(me, to)?;
+        self.change(|| self.friend_request_once(me, to, message))
+            .await
+    }
+
+    async fn friend_request_once(
+        &self,
+        me: &str,
+        to: &str,
+        message: &str,
+    ) -> Result<(Value, Effects), OpError> {
+        let now = now_ms();
+        let d = self.store.dialect();
+        let mut tx = self.store.write().begin().await?;
+        if !q::user_exists(&mut tx, to).await? {
+            return Err(Refused::UserNotFound(to.to_string()).into());
+        }
+        let mut w = StreamWriter::new(now);
+        w.lock(d, &mut tx, &[me, to]).await?;
+        if q::either_blocks(&mut tx, me, to).await? {
+            return Err(ApiError::forbidden("blocked", "one of you blocked the other").into());
+        }
+        if q::are_friends(&mut tx, me, to).await? {
+            return Err(
+                ApiError::conflict("already_friends", format!("{to} is your friend")).into(),
+            );
+        }
+        let mut fx = Effects::default();
+        if let Some(theirs) = q::request_between(&mut tx, to, me).await?
+            && theirs.state == RequestState::Pending
+        {
+            let id = theirs.request_id.clone();
+            self.accept(&mut tx, &mut w, &mut fx, theirs, me, now)
+                .await?;
+            fx.events = w.finish(&mut tx).await?;
+            tx.commit().await?;
+            return Ok((json!({ "requestId": id, "state": "accepted" }), fx));
+        }
+        let request = match q::request_between(&mut tx, me, to).await? {
+            Some(r) if r.state == RequestState::Pending => FriendRequest {
+                message: message.to_string(),
+                updated_at: now,
+                ..r
+            },
+            _ => FriendRequest {
+                request_id: self.ids.next(now).to_string(),
+                from_user: me.to_string(),
+                to_user: to.to_string(),
+                message: message.to_string(),
+                state: RequestState::Pending,
+                created_at: now,
+                updated_at: now,
+            },
+        };
+        let data = self.request_event(&request, "requested", me)?;
+        // The plugin may normalize the message (trimmed); store what it returned.
+        let request = FriendRequest {
+            message: data["message"].as_str().unwrap_or("").to_string(),
+            ..request
+        };
+        q::save_request(&mut tx, &request).await?;
+        w.append(me, "friend.request", Some(FRIEND_REQUEST), &data);
+        w.append(to, "friend.request", Some(FRIEND_REQUEST), &data);
+        fx.events = w.finish(&mut tx).await?;
+        tx.commit().await?;
+        Ok((
+            json!({ "requestId": request.request_id, "state": "pending" }),
+            fx,
+        ))
+    }
+
+    /// The `friend-request` payload of a request in a new state, checked by its plugin.
+    fn request_event(
+        &self,
+        r: &FriendRequest,
+        action: &str,
+        operator: &str,
+    ) -> Result<Value, ApiError> {
+        let payload = json!({
+            "action": action,
+            "requestId": r.request_id,
+            "fromUserId": r.from_user,
+            "toUserId": r.to_user,
+            "message": r.message,
+        });
+        Ok(value(&self.system_payload(
+            FRIEND_REQUEST,
+            0,
+            0,
+            operator,
+            &payload,
+        )?))
+    }
+
+    /// Accepts a pending request inside the caller's transaction: the friendship, the
+    /// events, and the tip in the pair's private conversation (created if need be).
+    async fn accept(
+        &self,
+        tx: &mut AnyConnection,
+        w: &mut StreamWriter,
+        fx: &mut Effects,
+        request: FriendRequest,
+        operator: &str,
+        now: i64,
+    ) -> Result<(), OpError> {
+        let d = self.store.dialect();
+        let request = FriendRequest {
+            state: RequestState::Accepted,
+            updated_at: now,
+            ..request
+        };
+        q::save_request(tx, &request).await?;
+        q::set_friends(tx, &request.from_user, &request.to_user, true, now).await?;
+        let data = self.request_event(&request, "accepted", operator)?;
+        let (a, b) = (&request.from_user, &request.to_user);
+        for (user, friend) in [(a, b), (b, a)] {
+            w.append(user, "friend.request", Some(FRIEND_REQUEST), &data);
+            w.append(user, "friend.added", None, &json!({ "userId": friend }));
+        }
+        let key = pair(a, b);
+        let conversation = resolve_pairs(d, tx, std::slice::from_ref(&key), now)
+            .await?
+            .get(&key)
+            .copied()
+            .ok_or_else(|| Refused::UserNotFound(b.clone()))?;
+        let mut head = lock_head(d, tx, conversation)
+            .await?
+            .ok_or(Refused::NotAMember(conversation))?;
+        let tip = self.system_payload(
+            FRIEND_REQUEST,
+            1,
+            conversation,
+            operator,
+            &json!({
+                "action": "accepted",
+                "requestId": request.request_id,
+                "fromUserId": a,
+                "toUserId": b,
+            }),
+        )?;
+        let stored = append_system(
+            tx,
+            &mut head,
+            operator,
+            FRIEND_REQUEST,
+            tip,
+            self.ids.next(now),
+            now,
+        )
+        .await?;
+        fx.tips.push((stored, vec![a.clone(), b.clone()]));
+        Ok(())
+    }
+
+    /// Accepts or rejects (the recipient) or cancels (the sender) a pending request.
+    pub async fn decide_friend_request(
+        &self,
+        me: &str,
+        request_id: &str,
+        decision: Decision,
+    ) -> Result<Value, ApiError> {
+        self.change(|| self.decide_once(me, request_id, decision))
+            .await
+    }
+
+    async fn decide_once(
+        &self,
+        me: &str,
+        request_id: &str,
+        decision: Decision,
+    ) -> Result<(Value, Effects), OpError> {
+        let now = now_ms();
+        let d = self.store.dialect();
+        let mut tx = self.store.write().begin().await?;
+        let not_found = || ApiError::missing("request_not_found", "no such request of yours");
+        let found = q::request_by_id(&mut tx, request_id)
+            .await?
+            .ok_or_else(not_found)?;
+        let mine = match decision {
+            Decision::Accept | Decision::Reject => found.to_user == me,
+            Decision::Cancel => found.from_user == me,
+        };
+        if !mine {
+            return Err(not_found().into());
+        }
+        let mut w = StreamWriter::new(now);
+        w.lock(d, &mut tx, &[&found.from_user, &found.to_user])
+            .await?;
+        // Read again under the locks: a concurrent decision may have come first.
+        let r = q::request_by_id(&mut tx, request_id)
+            .await?
+            .ok_or_else(not_found)?;
+        if r.state != RequestState::Pending {
+            return Err(ApiError::conflict(
+                "request_not_pending",
+                format!("the request was already {}", r.state.as_str()),
+            )
+            .into());
+        }
+        let mut fx = Effects::default();
+        let state = match decision {
+            Decision::Accept => {
+                self.accept(&mut tx, &mut w, &mut fx, r, me, now).await?;
+                RequestState::Accepted
+            }
+            Decision::Reject | Decision::Cancel => {
+                let state = match decision {
+                    Decision::Reject => RequestState::Rejected,
+                    _ => RequestState::Cancelled,
+                };
+                let r = FriendRequest {
+                    state,
+                    updated_at: now,
+                    ..r
+                };
+                q::save_request(&mut tx, &r).await?;
+                let data = self.request_event(&r, state.as_str(), me)?;
+                w.append(&r.from_user, "friend.request", Some(FRIEND_REQUEST), &data);
+                w.append(&r.to_user, "friend.request", Some(FRIEND_REQUEST), &data);
+                state
+            }
+        };
+        fx.events = w.finish(&mut tx).await?;
+        tx.commit().await?;
+        Ok((
+            json!({ "requestId": request_id, "state": state.as_str() }),
+            fx,
+        ))
+    }
+
+    /// Ends a friendship for both.
+    pub async fn remove_friend(&self, me: &str, other: &str) -> Result<(), ApiError> {
+        peer_id(me, other)?;
+        self.change(|| async {
+            let now = now_ms();
+            let mut tx = self.store.write().begin().await?;
+            let mut w = StreamWriter::new(now);
+            w.lock(self.store.dialect(), &mut tx, &[me, other]).await?;
+            if !q::are_friends(&mut tx, me, other).await? {
+                return Err(ApiError::missing(
+                    "not_friends",
+                    format!("{other} is not your friend"),
+                )
+                .into());
+            }
+            q::set_friends(&mut tx, me, other, false, now).await?;
+            w.append(
+                me,
+                "friend.removed",
+                None,
+                &json!({ "userId": other, "by": me }),
+            );
+            w.append(
+                other,
+                "friend.removed",
+                None,
+                &json!({ "userId": me, "by": me }),
+            );
+            let fx = Effects {
+                events: w.finish(&mut tx).await?,
+                ..Effects::default()
+            };
+            tx.commit().await?;
+            Ok(((), fx))
+        })
+        .await
+    }
+
+    /// Blocks or unblocks `other`; only the blocker's stream learns of it.
+    pub async fn set_block(&self, me: &str, other: &str, on: bool) -> Result<(), ApiError> {
+        peer_id(me, other)?;
+        self.change(|| async {
+            let now = now_ms();
+            let mut tx = self.store.write().begin().await?;
+            if !q::user_exists(&mut tx, other).await? {
+                return Err(Refused::UserNotFound(other.to_string()).into());
+            }
+            let mut w = StreamWriter::new(now);
+            w.lock(self.store.dialect(), &mut tx, &[me]).await?;
+            if q::set_block(&mut tx, me, other, on, now).await? {
+                let event = if on { "block.added" } else { "block.removed" };
+                w.append(me, event, None, &json!({ "userId": other }));
+            }
+            let fx = Effects {
+                events: w.finish(&mut tx).await?,
+                ..Effects::default()
+            };
+            tx.commit().await?;
+            self.remember_block((me.to_string(), other.to_string()), on);
+            Ok(((), fx))
+        })
+        .await
+    }
+}

@@ -1,0 +1,143 @@
+//! The social graph: friend requests, friendships, blocks, groups and channels.
+//!
+//! Each change is one transaction on the write pool: it locks what orders it (a group's
+//! head row, then the affected users' stream heads), checks the rules, writes the state,
+//! the tips (through their plugins, as the system) and the user-stream events, and commits.
+//! Only then are the tips and events pushed (`Effects`). A transaction that lost a race
+//! with another writer (PostgreSQL: deadlock, unique key) runs again.
+
+mod friends;
+mod groups;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use friends::Decision;
+pub use groups::{GroupPatch, NewGroup, info as groups_info};
+
+use crate::api::ApiError;
+use crate::gateway::frames;
+use crate::messaging::Core;
+use crate::plugins::{Delivery, SendContext, SenderKind};
+use crate::store::batch::{BatchError, Stored};
+use crate::store::stream::UserEvent;
+
+/// Why a change did not commit: refused by a rule, or the database.
+pub(crate) enum OpError {
+    Refused(ApiError),
+    Db(BatchError),
+}
+
+impl From<ApiError> for OpError {
+    fn from(e: ApiError) -> OpError {
+        OpError::Refused(e)
+    }
+}
+
+impl From<crate::store::batch::Refused> for OpError {
+    fn from(r: crate::store::batch::Refused) -> OpError {
+        OpError::Refused(r.into())
+    }
+}
+
+impl From<sqlx::Error> for OpError {
+    fn from(e: sqlx::Error) -> OpError {
+        OpError::Db(e.into())
+    }
+}
+
+impl From<BatchError> for OpError {
+    fn from(e: BatchError) -> OpError {
+        OpError::Db(e)
+    }
+}
+
+/// What a committed change pushes.
+#[derive(Default)]
+pub(crate) struct Effects {
+    /// Tips and who gets them.
+    pub tips: Vec<(Arc<Stored>, Vec<String>)>,
+    pub events: Vec<UserEvent>,
+    /// A conversation whose members changed.
+    pub members_changed: Option<i64>,
+}
+
+/// Attempts of a change that met a concurrent writer.
+const RETRIES: u32 = 5;
+
+impl Core {
+    /// Runs a change until it commits or is refused, then pushes its effects.
+    pub(crate) async fn change<T, F, Fut>(&self, mut once: F) -> Result<T, ApiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<(T, Effects), OpError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match once().await {
+                Ok((value, effects)) => {
+                    self.publish(effects);
+                    return Ok(value);
+                }
+                Err(OpError::Db(BatchError::Conflict)) if attempt < RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(2 << attempt)).await;
+                }
+                Err(OpError::Db(e)) => return Err(ApiError::batch(e)),
+                Err(OpError::Refused(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// Pushes what a committed change produced.
+    fn publish(&self, fx: Effects) {
+        if let Some(id) = fx.members_changed {
+            self.forget_members(id);
+        }
+        for (tip, recipients) in &fx.tips {
+            let frame = frames::notify_stored(tip);
+            self.hub
+                .push(recipients, &frame, Delivery::Persistent, None, 0);
+        }
+        for e in &fx.events {
+            let frame = frames::notify_user(e);
+            self.hub.push(
+                std::slice::from_ref(&e.user_id),
+                &frame,
+                Delivery::Persistent,
+                None,
+                0,
+            );
+        }
+    }
+
+    /// A payload the server emits, checked by its kind's plugin as the system: the
+    /// normalized JSON. A disabled kind refuses the change (`content_type_disabled`).
+    pub(crate) fn system_payload(
+        &self,
+        content_type: u32,
+        conversation_type: u8,
+        conversation_id: i64,
+        operator: &str,
+        payload: &Value,
+    ) -> Result<String, ApiError> {
+        let id = conversation_id.to_string();
+        let ctx = SendContext {
+            sender_id: operator,
+            sender: SenderKind::System,
+            conversation_type,
+            conversation_id: &id,
+        };
+        Ok(self
+            .registry
+            .validate(content_type, &ctx, payload.to_string().as_bytes())?
+            .payload)
+    }
+}
+
+/// The JSON value of a payload a plugin normalized.
+pub(crate) fn value(payload: &str) -> Value {
+    serde_json::from_str(payload).unwrap_or(Value::Null)
+}

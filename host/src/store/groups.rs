@@ -1,0 +1,660 @@
+//! Groups and channels: the queries. Every change runs under the lock of the group's
+//! head row (the same lock sends take), so membership intervals and tips get their seqs
+//! in commit order. The rules live in `social/groups.rs`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row as _};
+
+use super::batch::Stored;
+use super::{Dialect, Store, placeholders};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Member = 0,
+    Admin = 1,
+    Owner = 2,
+}
+
+impl Role {
+    pub fn from_i64(v: i64) -> Role {
+        match v {
+            2 => Role::Owner,
+            1 => Role::Admin,
+            _ => Role::Member,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Admin => "admin",
+            Role::Member => "member",
+        }
+    }
+}
+
+/// How a membership stands (or ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    Member = 0,
+    Left = 1,
+    Kicked = 2,
+    Dissolved = 3,
+}
+
+impl MemberState {
+    fn from_i64(v: i64) -> MemberState {
+        match v {
+            1 => MemberState::Left,
+            2 => MemberState::Kicked,
+            3 => MemberState::Dissolved,
+            _ => MemberState::Member,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Member => "member",
+            MemberState::Left => "left",
+            MemberState::Kicked => "kicked",
+            MemberState::Dissolved => "dissolved",
+        }
+    }
+}
+
+/// A conversation's head row, locked for a change.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub last_seq: i64,
+    pub unread_acc: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub owner_id: String,
+    pub name: String,
+    pub notice: String,
+    pub avatar: String,
+    pub join_policy: String,
+    pub mute_all: bool,
+    pub dissolved: bool,
+    pub member_count: i64,
+    pub version: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Member {
+    pub user_id: String,
+    pub role: Role,
+    pub state: MemberState,
+    pub joined_after_seq: i64,
+    pub left_at_seq: Option<i64>,
+    pub muted_until: i64,
+    pub joined_at: i64,
+}
+
+impl Member {
+    pub fn is_current(&self) -> bool {
+        self.left_at_seq.is_none()
+    }
+}
+
+const GROUP_COLUMNS: &str = "g.conversation_id, c.conversation_type, g.owner_id, g.name, g.notice, \
+     g.avatar, g.join_policy, g.mute_all, g.state, g.member_count, g.version, g.created_at, g.updated_at";
+
+fn group_from(r: &AnyRow) -> sqlx::Result<Group> {
+    Ok(Group {
+        conversation_id: r.try_get(0)?,
+        conversation_type: r.try_get::<i64, _>(1)? as u8,
+        owner_id: r.try_get(2)?,
+        name: r.try_get(3)?,
+        notice: r.try_get(4)?,
+        avatar: r.try_get(5)?,
+        join_policy: r.try_get(6)?,
+        mute_all: r.try_get::<i64, _>(7)? != 0,
+        dissolved: r.try_get::<i64, _>(8)? != 0,
+        member_count: r.try_get(9)?,
+        version: r.try_get(10)?,
+        created_at: r.try_get(11)?,
+        updated_at: r.try_get(12)?,
+    })
+}
+
+const MEMBER_COLUMNS: &str =
+    "m.user_id, m.role, m.state, m.joined_after_seq, m.left_at_seq, m.muted_until, m.joined_at";
+
+fn member_from(r: &AnyRow, first: usize) -> sqlx::Result<Member> {
+    Ok(Member {
+        user_id: r.try_get(first)?,
+        role: Role::from_i64(r.try_get(first + 1)?),
+        state: MemberState::from_i64(r.try_get(first + 2)?),
+        joined_after_seq: r.try_get(first + 3)?,
+        left_at_seq: r.try_get(first + 4)?,
+        muted_until: r.try_get(first + 5)?,
+        joined_at: r.try_get(first + 6)?,
+    })
+}
+
+/// Locks a conversation's head row.
+pub async fn lock_head(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+) -> sqlx::Result<Option<Head>> {
+    let lock = match d {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    };
+    sqlx::query(&format!(
+        "SELECT conversation_type, last_seq, unread_acc FROM conversations WHERE conversation_id = $1{lock}"
+    ))
+    .bind(conversation_id)
+    .fetch_optional(conn)
+    .await?
+    .map(|r| {
+        Ok(Head {
+            conversation_id,
+            conversation_type: r.try_get::<i64, _>(0)? as u8,
+            last_seq: r.try_get(1)?,
+            unread_acc: r.try_get(2)?,
+        })
+    })
+    .transpose()
+}
+
+/// A new group or channel with its head row.
+pub async fn create_group(conn: &mut AnyConnection, g: &Group) -> sqlx::Result<Head> {
+    let id: i64 = sqlx::query(
+        "INSERT INTO conversations (conversation_type, last_seq, unread_acc, last_time, created_at) \
+         VALUES ($1, 0, 0, $2, $2) RETURNING conversation_id",
+    )
+    .bind(i64::from(g.conversation_type))
+    .bind(g.created_at)
+    .fetch_one(&mut *conn)
+    .await?
+    .try_get(0)?;
+    let g = Group {
+        conversation_id: id,
+        ..g.clone()
+    };
+    sqlx::query(
+        "INSERT INTO group_info (conversation_id, owner_id, name, notice, avatar, join_policy, \
+         mute_all, state, member_count, version, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(id)
+    .bind(g.owner_id.as_str())
+    .bind(g.name.as_str())
+    .bind(g.notice.as_str())
+    .bind(g.avatar.as_str())
+    .bind(g.join_policy.as_str())
+    .bind(i64::from(g.mute_all))
+    .bind(i64::from(g.dissolved))
+    .bind(g.member_count)
+    .bind(g.version)
+    .bind(g.created_at)
+    .bind(g.updated_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Head {
+        conversation_id: id,
+        conversation_type: g.conversation_type,
+        last_seq: 0,
+        unread_acc: 0,
+    })
+}
+
+pub async fn group_in(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+) -> sqlx::Result<Option<Group>> {
+    sqlx::query(&format!(
+        "SELECT {GROUP_COLUMNS} FROM group_info g JOIN conversations c \
+         ON c.conversation_id = g.conversation_id WHERE g.conversation_id = $1"
+    ))
+    .bind(conversation_id)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(group_from)
+    .transpose()
+}
+
+/// Writes a group's settings back, one version later.
+pub async fn save_group(conn: &mut AnyConnection, g: &mut Group, now: i64) -> sqlx::Result<()> {
+    g.version += 1;
+    g.updated_at = now;
+    sqlx::query(
+        "UPDATE group_info SET owner_id = $1, name = $2, notice = $3, avatar = $4, join_policy = $5, \
+         mute_all = $6, state = $7, member_count = $8, version = $9, updated_at = $10 \
+         WHERE conversation_id = $11",
+    )
+    .bind(g.owner_id.as_str())
+    .bind(g.name.as_str())
+    .bind(g.notice.as_str())
+    .bind(g.avatar.as_str())
+    .bind(g.join_policy.as_str())
+    .bind(i64::from(g.mute_all))
+    .bind(i64::from(g.dissolved))
+    .bind(g.member_count)
+    .bind(g.version)
+    .bind(g.updated_at)
+    .bind(g.conversation_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The membership rows of some users (current or not).
+pub async fn members_in(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    users: &[&str],
+) -> sqlx::Result<HashMap<String, Member>> {
+    let mut out = HashMap::new();
+    for chunk in users.chunks(128) {
+        let sql = format!(
+            "SELECT {MEMBER_COLUMNS} FROM members m WHERE m.conversation_id = {} AND m.user_id IN ({})",
+            placeholders(d, 1, 1),
+            placeholders(d, 2, chunk.len())
+        );
+        let mut q = sqlx::query(&sql).bind(conversation_id);
+        for u in chunk {
+            q = q.bind(*u);
+        }
+        for r in q.fetch_all(&mut *conn).await? {
+            let m = member_from(&r, 0)?;
+            out.insert(m.user_id.clone(), m);
+        }
+    }
+    Ok(out)
+}
+
+/// Current members with their roles.
+pub async fn current_in(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+) -> sqlx::Result<Vec<(String, Role)>> {
+    sqlx::query(
+        "SELECT user_id, role FROM members WHERE conversation_id = $1 AND left_at_seq IS NULL",
+    )
+    .bind(conversation_id)
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(|r| Ok((r.try_get(0)?, Role::from_i64(r.try_get(1)?))))
+    .collect()
+}
+
+/// Appends a message the server emits (a tip) under the locked head; it never counts
+/// toward unread and is never recallable.
+pub async fn append_system(
+    conn: &mut AnyConnection,
+    head: &mut Head,
+    sender_id: &str,
+    content_type: u32,
+    payload: String,
+    msg_id: i64,
+    now: i64,
+) -> sqlx::Result<Arc<Stored>> {
+    head.last_seq += 1;
+    let stored = Stored {
+        conversation_id: head.conversation_id,
+        conversation_type: head.conversation_type,
+        seq: head.last_seq,
+        msg_id,
+        sender_id: sender_id.to_string(),
+        content_type,
+        payload,
+        server_time: now,
+    };
+    sqlx::query(
+        "INSERT INTO messages (conversation_id, seq, msg_id, sender_id, client_msg_id, content_type, \
+         payload, server_time, counts_unread, unread_acc, system) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, 1)",
+    )
+    .bind(stored.conversation_id)
+    .bind(stored.seq)
+    .bind(stored.msg_id)
+    .bind(stored.sender_id.as_str())
+    .bind(format!("system:{msg_id}"))
+    .bind(i64::from(content_type))
+    .bind(stored.payload.as_str())
+    .bind(now)
+    .bind(head.unread_acc)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE conversations SET last_seq = $1, last_time = $2 WHERE conversation_id = $3",
+    )
+    .bind(head.last_seq)
+    .bind(now)
+    .bind(head.conversation_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Arc::new(stored))
+}
+
+/// Opens a membership interval after `joined_after_seq` (closing the user's previous one
+/// into `member_intervals`), and moves their read position there so nothing earlier
+/// counts as unread.
+pub async fn open_membership(
+    conn: &mut AnyConnection,
+    head: &Head,
+    user_id: &str,
+    joined_after_seq: i64,
+    role: Role,
+    now: i64,
+) -> sqlx::Result<()> {
+    let previous = sqlx::query(
+        "SELECT joined_after_seq, left_at_seq FROM members WHERE conversation_id = $1 AND user_id = $2",
+    )
+    .bind(head.conversation_id)
+    .bind(user_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match previous {
+        Some(r) => {
+            if let Some(left) = r.try_get::<Option<i64>, _>(1)? {
+                sqlx::query(
+                    "INSERT INTO member_intervals (conversation_id, user_id, joined_after_seq, left_at_seq) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(head.conversation_id)
+                .bind(user_id)
+                .bind(r.try_get::<i64, _>(0)?)
+                .bind(left)
+                .execute(&mut *conn)
+                .await?;
+            }
+            sqlx::query(
+                "UPDATE members SET joined_after_seq = $1, left_at_seq = NULL, role = $2, \
+                 muted_until = 0, state = 0, joined_at = $3 WHERE conversation_id = $4 AND user_id = $5",
+            )
+            .bind(joined_after_seq)
+            .bind(role as i64)
+            .bind(now)
+            .bind(head.conversation_id)
+            .bind(user_id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        None => {
+            sqlx::query(
+                "INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, joined_at, role) \
+                 VALUES ($1, $2, $3, NULL, $4, $5)",
+            )
+            .bind(head.conversation_id)
+            .bind(user_id)
+            .bind(joined_after_seq)
+            .bind(now)
+            .bind(role as i64)
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    // Read up to the head: tips do not count, so the running count there is the one at
+    // the join.
+    sqlx::query(
+        "INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+         read_seq = excluded.read_seq, read_acc = excluded.read_acc, updated_at = excluded.updated_at \
+         WHERE excluded.read_seq > read_positions.read_seq",
+    )
+    .bind(user_id)
+    .bind(head.conversation_id)
+    .bind(head.last_seq)
+    .bind(head.unread_acc)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Closes a current membership at `left_at_seq` (the member still sees that seq).
+pub async fn close_membership(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    user_id: &str,
+    left_at_seq: i64,
+    state: MemberState,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE members SET left_at_seq = $1, state = $2, role = 0, muted_until = 0 \
+         WHERE conversation_id = $3 AND user_id = $4 AND left_at_seq IS NULL",
+    )
+    .bind(left_at_seq)
+    .bind(state as i64)
+    .bind(conversation_id)
+    .bind(user_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_role(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    user_id: &str,
+    role: Role,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE members SET role = $1 WHERE conversation_id = $2 AND user_id = $3")
+        .bind(role as i64)
+        .bind(conversation_id)
+        .bind(user_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn set_muted(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    user_id: &str,
+    until: i64,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE members SET muted_until = $1 WHERE conversation_id = $2 AND user_id = $3")
+        .bind(until)
+        .bind(conversation_id)
+        .bind(user_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// A join request: the latest per (group, user).
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub request_id: String,
+    pub user_id: String,
+    pub message: String,
+    /// 0 pending, 1 approved, 2 rejected.
+    pub state: i64,
+    pub created_at: i64,
+}
+
+impl JoinRequest {
+    pub fn state_str(&self) -> &'static str {
+        match self.state {
+            1 => "approved",
+            2 => "rejected",
+            _ => "pending",
+        }
+    }
+}
+
+pub async fn join_request(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    user_id: &str,
+) -> sqlx::Result<Option<JoinRequest>> {
+    sqlx::query(
+        "SELECT request_id, user_id, message, state, created_at FROM group_join_requests \
+         WHERE conversation_id = $1 AND user_id = $2",
+    )
+    .bind(conversation_id)
+    .bind(user_id)
+    .fetch_optional(conn)
+    .await?
+    .map(|r| join_request_from(&r))
+    .transpose()
+}
+
+fn join_request_from(r: &AnyRow) -> sqlx::Result<JoinRequest> {
+    Ok(JoinRequest {
+        request_id: r.try_get(0)?,
+        user_id: r.try_get(1)?,
+        message: r.try_get(2)?,
+        state: r.try_get(3)?,
+        created_at: r.try_get(4)?,
+    })
+}
+
+pub async fn save_join_request(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    r: &JoinRequest,
+    decided_by: Option<&str>,
+    now: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO group_join_requests (conversation_id, user_id, request_id, message, state, \
+         decided_by, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         ON CONFLICT (conversation_id, user_id) DO UPDATE SET request_id = excluded.request_id, \
+         message = excluded.message, state = excluded.state, decided_by = excluded.decided_by, \
+         created_at = excluded.created_at, updated_at = excluded.updated_at",
+    )
+    .bind(conversation_id)
+    .bind(r.user_id.as_str())
+    .bind(r.request_id.as_str())
+    .bind(r.message.as_str())
+    .bind(r.state)
+    .bind(decided_by)
+    .bind(r.created_at)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Per seq asked for: `(seq, read, of)`, or `None` for a seq not in the conversation.
+pub type Receipt = Option<(i64, i64, i64)>;
+
+impl Store {
+    pub async fn group(&self, conversation_id: i64) -> sqlx::Result<Option<Group>> {
+        let mut conn = self.read().acquire().await?;
+        group_in(&mut conn, conversation_id).await
+    }
+
+    /// The user's membership row of a conversation.
+    pub async fn member(
+        &self,
+        conversation_id: i64,
+        user_id: &str,
+    ) -> sqlx::Result<Option<Member>> {
+        let mut conn = self.read().acquire().await?;
+        Ok(
+            members_in(self.dialect(), &mut conn, conversation_id, &[user_id])
+                .await?
+                .remove(user_id),
+        )
+    }
+
+    /// Every group and channel the user is or was in, most recently changed first.
+    pub async fn my_groups(&self, user_id: &str) -> sqlx::Result<Vec<(Group, Member)>> {
+        sqlx::query(&format!(
+            "SELECT {GROUP_COLUMNS}, {MEMBER_COLUMNS} FROM members m \
+             JOIN group_info g ON g.conversation_id = m.conversation_id \
+             JOIN conversations c ON c.conversation_id = g.conversation_id \
+             WHERE m.user_id = $1 ORDER BY g.updated_at DESC, g.conversation_id DESC LIMIT 5000"
+        ))
+        .bind(user_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| Ok((group_from(r)?, member_from(r, 13)?)))
+        .collect()
+    }
+
+    /// Current members after `after` (by user id), at most `limit`.
+    pub async fn group_members(
+        &self,
+        conversation_id: i64,
+        after: &str,
+        limit: i64,
+    ) -> sqlx::Result<Vec<Member>> {
+        sqlx::query(&format!(
+            "SELECT {MEMBER_COLUMNS} FROM members m WHERE m.conversation_id = $1 \
+             AND m.left_at_seq IS NULL AND m.user_id > $2 ORDER BY m.user_id LIMIT $3"
+        ))
+        .bind(conversation_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| member_from(r, 0))
+        .collect()
+    }
+
+    pub async fn pending_join_requests(
+        &self,
+        conversation_id: i64,
+    ) -> sqlx::Result<Vec<JoinRequest>> {
+        sqlx::query(
+            "SELECT request_id, user_id, message, state, created_at FROM group_join_requests \
+             WHERE conversation_id = $1 AND state = 0 ORDER BY updated_at, user_id LIMIT 1000",
+        )
+        .bind(conversation_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(join_request_from)
+        .collect()
+    }
+
+    /// For each seq: of the current members who were members when it was sent (other
+    /// than its sender), how many have read it.
+    pub async fn receipts(&self, conversation_id: i64, seqs: &[i64]) -> sqlx::Result<Vec<Receipt>> {
+        let mut conn = self.read().acquire().await?;
+        let mut out = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            let sender = sqlx::query(
+                "SELECT sender_id FROM messages WHERE conversation_id = $1 AND seq = $2",
+            )
+            .bind(conversation_id)
+            .bind(seq)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some(sender) = sender else {
+                out.push(None);
+                continue;
+            };
+            let sender: String = sender.try_get(0)?;
+            let row = sqlx::query(
+                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(rp.read_seq, 0) >= $1 THEN 1 ELSE 0 END), 0) \
+                 FROM members m LEFT JOIN read_positions rp \
+                 ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+                 WHERE m.conversation_id = $2 AND m.left_at_seq IS NULL \
+                 AND m.joined_after_seq < $1 AND m.user_id <> $3",
+            )
+            .bind(seq)
+            .bind(conversation_id)
+            .bind(sender.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+            out.push(Some((seq, row.try_get(1)?, row.try_get(0)?)));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,283 @@
+//! Friend requests, friendships and blocks: the queries. The rules live in `social/`.
+
+use std::collections::HashSet;
+
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row as _};
+
+use super::{Dialect, Store, shaped_chunks, tuples};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestState {
+    Pending = 0,
+    Accepted = 1,
+    Rejected = 2,
+    Cancelled = 3,
+}
+
+impl RequestState {
+    fn from_i64(v: i64) -> RequestState {
+        match v {
+            1 => RequestState::Accepted,
+            2 => RequestState::Rejected,
+            3 => RequestState::Cancelled,
+            _ => RequestState::Pending,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestState::Pending => "pending",
+            RequestState::Accepted => "accepted",
+            RequestState::Rejected => "rejected",
+            RequestState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The latest friend request in one direction.
+#[derive(Debug, Clone)]
+pub struct FriendRequest {
+    pub request_id: String,
+    pub from_user: String,
+    pub to_user: String,
+    pub message: String,
+    pub state: RequestState,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+const REQUEST_COLUMNS: &str =
+    "request_id, from_user, to_user, message, state, created_at, updated_at";
+
+fn request_from(r: &AnyRow) -> sqlx::Result<FriendRequest> {
+    Ok(FriendRequest {
+        request_id: r.try_get(0)?,
+        from_user: r.try_get(1)?,
+        to_user: r.try_get(2)?,
+        message: r.try_get(3)?,
+        state: RequestState::from_i64(r.try_get(4)?),
+        created_at: r.try_get(5)?,
+        updated_at: r.try_get(6)?,
+    })
+}
+
+pub async fn user_exists(conn: &mut AnyConnection, user_id: &str) -> sqlx::Result<bool> {
+    Ok(sqlx::query("SELECT 1 FROM users WHERE user_id = $1")
+        .bind(user_id)
+        .fetch_optional(conn)
+        .await?
+        .is_some())
+}
+
+/// Whether either of two users blocks the other.
+pub async fn either_blocks(conn: &mut AnyConnection, a: &str, b: &str) -> sqlx::Result<bool> {
+    Ok(sqlx::query(
+        "SELECT 1 FROM blocks WHERE active = 1 AND \
+         ((blocker = $1 AND blocked = $2) OR (blocker = $2 AND blocked = $1))",
+    )
+    .bind(a)
+    .bind(b)
+    .fetch_optional(conn)
+    .await?
+    .is_some())
+}
+
+/// Of `(blocker, blocked)` pairs, those in force.
+pub async fn blocked_pairs(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    pairs: &[(String, String)],
+) -> sqlx::Result<HashSet<(String, String)>> {
+    let mut found = HashSet::new();
+    for chunk in shaped_chunks(pairs) {
+        let sql = format!(
+            "SELECT blocker, blocked FROM blocks WHERE active = 1 AND (blocker, blocked) IN (VALUES {})",
+            tuples(d, chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for (a, b) in chunk {
+            q = q.bind(a.as_str()).bind(b.as_str());
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            found.insert((row.try_get(0)?, row.try_get(1)?));
+        }
+    }
+    Ok(found)
+}
+
+pub async fn are_friends(conn: &mut AnyConnection, a: &str, b: &str) -> sqlx::Result<bool> {
+    Ok(sqlx::query(
+        "SELECT 1 FROM friendships WHERE user_id = $1 AND friend_id = $2 AND active = 1",
+    )
+    .bind(a)
+    .bind(b)
+    .fetch_optional(conn)
+    .await?
+    .is_some())
+}
+
+pub async fn request_between(
+    conn: &mut AnyConnection,
+    from: &str,
+    to: &str,
+) -> sqlx::Result<Option<FriendRequest>> {
+    sqlx::query(&format!(
+        "SELECT {REQUEST_COLUMNS} FROM friend_requests WHERE from_user = $1 AND to_user = $2"
+    ))
+    .bind(from)
+    .bind(to)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(request_from)
+    .transpose()
+}
+
+pub async fn request_by_id(
+    conn: &mut AnyConnection,
+    request_id: &str,
+) -> sqlx::Result<Option<FriendRequest>> {
+    sqlx::query(&format!(
+        "SELECT {REQUEST_COLUMNS} FROM friend_requests WHERE request_id = $1"
+    ))
+    .bind(request_id)
+    .fetch_optional(conn)
+    .await?
+    .as_ref()
+    .map(request_from)
+    .transpose()
+}
+
+/// Writes the latest request of its direction.
+pub async fn save_request(conn: &mut AnyConnection, r: &FriendRequest) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO friend_requests (request_id, from_user, to_user, message, state, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (from_user, to_user) DO UPDATE SET \
+         request_id = excluded.request_id, message = excluded.message, state = excluded.state, \
+         created_at = excluded.created_at, updated_at = excluded.updated_at",
+    )
+    .bind(r.request_id.as_str())
+    .bind(r.from_user.as_str())
+    .bind(r.to_user.as_str())
+    .bind(r.message.as_str())
+    .bind(r.state as i64)
+    .bind(r.created_at)
+    .bind(r.updated_at)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Sets the friendship of two users on both sides (`since` moves only when it starts).
+pub async fn set_friends(
+    conn: &mut AnyConnection,
+    a: &str,
+    b: &str,
+    active: bool,
+    now: i64,
+) -> sqlx::Result<()> {
+    for (u, f) in [(a, b), (b, a)] {
+        sqlx::query(
+            "INSERT INTO friendships (user_id, friend_id, active, since, updated_at) \
+             VALUES ($1, $2, $3, $4, $4) ON CONFLICT (user_id, friend_id) DO UPDATE SET \
+             active = excluded.active, updated_at = excluded.updated_at, \
+             since = CASE WHEN friendships.active = 0 THEN excluded.since ELSE friendships.since END",
+        )
+        .bind(u)
+        .bind(f)
+        .bind(i64::from(active))
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Blocks or unblocks; `true` if that changed anything.
+pub async fn set_block(
+    conn: &mut AnyConnection,
+    blocker: &str,
+    blocked: &str,
+    active: bool,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let q = if active {
+        sqlx::query(
+            "INSERT INTO blocks (blocker, blocked, active, since, updated_at) VALUES ($1, $2, 1, $3, $3) \
+             ON CONFLICT (blocker, blocked) DO UPDATE SET active = 1, since = excluded.since, \
+             updated_at = excluded.updated_at WHERE blocks.active = 0",
+        )
+    } else {
+        sqlx::query(
+            "UPDATE blocks SET active = 0, updated_at = $3 \
+             WHERE blocker = $1 AND blocked = $2 AND active = 1",
+        )
+    };
+    let done = q
+        .bind(blocker)
+        .bind(blocked)
+        .bind(now)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+impl Store {
+    /// `(friend, since)`, sorted.
+    pub async fn friends(&self, user_id: &str) -> sqlx::Result<Vec<(String, i64)>> {
+        sqlx::query(
+            "SELECT friend_id, since FROM friendships WHERE user_id = $1 AND active = 1 ORDER BY friend_id",
+        )
+        .bind(user_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+    }
+
+    /// Pending requests to (`incoming`) or from the user, newest first.
+    pub async fn pending_requests(
+        &self,
+        user_id: &str,
+        incoming: bool,
+    ) -> sqlx::Result<Vec<FriendRequest>> {
+        let column = if incoming { "to_user" } else { "from_user" };
+        sqlx::query(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM friend_requests WHERE {column} = $1 AND state = 0 \
+             ORDER BY updated_at DESC, request_id DESC LIMIT 1000"
+        ))
+        .bind(user_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(request_from)
+        .collect()
+    }
+
+    /// `(blocked, since)`, sorted.
+    pub async fn blocks(&self, user_id: &str) -> sqlx::Result<Vec<(String, i64)>> {
+        sqlx::query(
+            "SELECT blocked, since FROM blocks WHERE blocker = $1 AND active = 1 ORDER BY blocked",
+        )
+        .bind(user_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+    }
+
+    /// Whether `blocker` blocks `blocked` now.
+    pub async fn is_blocked(&self, blocker: &str, blocked: &str) -> sqlx::Result<bool> {
+        Ok(
+            sqlx::query("SELECT 1 FROM blocks WHERE blocker = $1 AND blocked = $2 AND active = 1")
+                .bind(blocker)
+                .bind(blocked)
+                .fetch_optional(self.read())
+                .await?
+                .is_some(),
+        )
+    }
+}

@@ -2,14 +2,16 @@
 //! program as the load generator, on the same machine. Prints, per database:
 //! persistent 1:1 throughput (acked msgs/s) with 1, 16 and 256 concurrent senders;
 //! send→push latency p50/p99 at a fixed rate; the time to pull 1,000 missed messages;
-//! live (typing) throughput; server memory per idle connection at 10,000 connections.
+//! live (typing) throughput; server memory per idle connection at 10,000 connections;
+//! group fan-out to 1,000 online members (until every device has it) and the pull of a
+//! member with three membership intervals.
 //!
 //! Run: `cargo bench -p courier --bench messaging`. SQLite with `synchronous` full (an ack
 //! survives power loss) and normal (an ack survives a crash of the server), and PostgreSQL
 //! too when `PG_TEST_URL` names a database the bench may create others from.
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
-//! `BENCH_PHASES=tp,lat,pull,live,mem` the figures. The server and its database are the
+//! `BENCH_PHASES=tp,lat,pull,live,mem,group` the figures. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time.
@@ -19,7 +21,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::server::{Backend, Db, JWT_SECRET, Server, http_at};
@@ -357,6 +359,357 @@ async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
     (rate, received.load(Ordering::Relaxed))
 }
 
+/// A request of the group phases that must answer 200; otherwise the exact request and
+/// answer are the report.
+async fn must(addr: &str, method: &str, path: &str, user: &str, body: &str) -> Value {
+    let (st, answer) = http(addr, method, path, user, body).await;
+    assert_eq!(
+        st, 200,
+        "{method} {path} as {user} with {body} answered {st}: {answer}"
+    );
+    answer
+}
+
+/// A text `send` into a group.
+fn group_frame(cmid: &str, cid: i64, text: &str) -> Message {
+    Message::Text(
+        json!({"type": "send", "id": cmid, "clientMsgId": cmid, "conversationType": 2,
+            "conversationId": cid, "contentType": 1, "payload": {"text": text}})
+        .to_string()
+        .into(),
+    )
+}
+
+/// Sends `n` texts into group `cid` on `ws` (64 in flight) and waits for their acks.
+async fn send_group(ws: &mut Ws, cid: i64, prefix: &str, n: usize) {
+    let (mut sent, mut acked) = (0, 0);
+    let until = Instant::now() + Duration::from_secs(120);
+    while acked < n && Instant::now() < until {
+        while sent < n && sent - acked < 64 {
+            ws.feed(group_frame(
+                &format!("{prefix}{sent}"),
+                cid,
+                "a group message of a benchmark",
+            ))
+            .await
+            .unwrap();
+            sent += 1;
+        }
+        ws.flush().await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                match v["type"].as_str() {
+                    Some("ack") => acked += 1,
+                    Some("error") => panic!("group send {prefix}: {v}"),
+                    _ => {}
+                }
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("group send {prefix}: connection gone: {other:?}"),
+        }
+    }
+    assert_eq!(acked, n, "group send {prefix}: acks");
+}
+
+/// Figures of the group fan-out.
+struct FanOut {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    messages: usize,
+    /// (device, seq) pairs not received exactly once, plus notifies of seqs never acked.
+    mismatches: usize,
+}
+
+/// A group of `members` (the owner included), every member online with one device; the
+/// owner sends texts at `rate` msgs/s for `secs` (at least 50). Per message, the time from
+/// just before its send until every other device has its `notify`, in ms.
+/// The seq of a text `notify` of the conversation (`"conversationId":N,` as `conversation`).
+fn notify_seq(frame: &str, conversation: &str) -> Option<i64> {
+    if !frame.starts_with(r#"{"type":"notify""#)
+        || !frame.contains(conversation)
+        || !frame.contains(r#""contentType":1,"#)
+    {
+        return None;
+    }
+    let rest = &frame[frame.find(r#""seq":"#)? + 6..];
+    let end = rest.find(|c: char| !c.is_ascii_digit())?;
+    rest[..end].parse().ok()
+}
+
+async fn group_fanout(addr: &str, tag: &str, members: usize, rate: f64, secs: f64) -> FanOut {
+    let owner = format!("{tag}o");
+    let others: Vec<String> = (0..members - 1).map(|i| format!("{tag}m{i}")).collect();
+    // Users are known once a token of theirs was used.
+    for u in std::iter::once(&owner).chain(&others) {
+        must(addr, "GET", "/v1/friends", u, "").await;
+    }
+    let group = must(
+        addr,
+        "POST",
+        "/v1/groups",
+        &owner,
+        &json!({"name": "bench", "members": others}).to_string(),
+    )
+    .await;
+    let cid = group["conversationId"].as_i64().unwrap();
+    assert_eq!(group["memberCount"], members as i64, "{group}");
+
+    let n = ((rate * secs).round() as usize).max(50);
+    // Readers wait on their socket and on this, not on timers: a thousand idle tasks
+    // polling a timeout would load the server's cores.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let conversation = format!("\"conversationId\":{cid},");
+    let complete = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::with_capacity(others.len());
+    for u in &others {
+        let mut ws = connect(addr, u, "d").await;
+        let (mut stopped, complete) = (stopped.clone(), complete.clone());
+        let conversation = conversation.clone();
+        readers.push(tokio::spawn(async move {
+            let mut got: Vec<(i64, Instant)> = Vec::with_capacity(n);
+            let mut pinged = Instant::now();
+            loop {
+                let msg = tokio::select! {
+                    m = ws.next() => m,
+                    _ = stopped.changed() => break,
+                };
+                match msg {
+                    Some(Ok(Message::Text(t))) => {
+                        let at = Instant::now();
+                        // A scan, not a JSON parse: the client shares the server's cores,
+                        // and a thousand parses per message would be counted as fan-out.
+                        if let Some(seq) = notify_seq(t.as_str(), &conversation) {
+                            got.push((seq, at));
+                            if got.len() == n {
+                                complete.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    _ => break,
+                }
+                // Stay within the heartbeat however long the phase is.
+                if pinged.elapsed() > Duration::from_secs(30) {
+                    let _ = ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await;
+                    pinged = Instant::now();
+                }
+            }
+            got
+        }));
+    }
+    let ws = connect(addr, &owner, "d").await;
+    let (mut sink, mut stream) = ws.split();
+    // The owner's connection gets only the acks: seq by clientMsgId.
+    let acks = tokio::spawn(async move {
+        let mut seqs = HashMap::new();
+        let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
+        while seqs.len() < n && Instant::now() < until {
+            match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                    match v["type"].as_str() {
+                        Some("ack") => {
+                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
+                        }
+                        Some("error") => panic!("group send: {v}"),
+                        _ => {}
+                    }
+                }
+                Ok(Some(Ok(_))) => {}
+                _ => break,
+            }
+        }
+        seqs
+    });
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
+    let mut sent_at = Vec::with_capacity(n);
+    for i in 0..n {
+        tick.tick().await;
+        if Instant::now() > until {
+            break;
+        }
+        let cmid = format!("g{i}");
+        let text = format!("fan-out message {i} of a benchmark, about fifty bytes");
+        let t = Instant::now();
+        sink.send(group_frame(&cmid, cid, &text)).await.unwrap();
+        sent_at.push((cmid, t));
+    }
+    let seqs = acks.await.unwrap();
+    // Every device has all, or time is up; then a second for duplicates.
+    let until = Instant::now() + Duration::from_secs(30);
+    while complete.load(Ordering::Relaxed) < readers.len() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _ = stop.send(true);
+    let mut per_device = Vec::with_capacity(readers.len());
+    for r in readers {
+        per_device.push(r.await.unwrap());
+    }
+    drop(sink);
+
+    let sent: HashMap<i64, Instant> = sent_at
+        .iter()
+        .filter_map(|(cmid, t)| Some((seqs.get(cmid).copied().flatten()?, *t)))
+        .collect();
+    let mut mismatches = sent_at.len() - sent.len();
+    // Per seq: the latest first arrival over the devices, and on how many it arrived.
+    let mut last: HashMap<i64, (Instant, usize)> = HashMap::new();
+    for got in &per_device {
+        let mut count: HashMap<i64, (usize, Instant)> = HashMap::new();
+        for &(seq, at) in got {
+            count.entry(seq).or_insert((0, at)).0 += 1;
+        }
+        for (seq, (c, at)) in count {
+            if !sent.contains_key(&seq) || c != 1 {
+                mismatches += 1;
+            }
+            let e = last.entry(seq).or_insert((at, 0));
+            e.0 = e.0.max(at);
+            e.1 += 1;
+        }
+    }
+    let mut lat = Vec::with_capacity(sent.len());
+    for (seq, t) in &sent {
+        match last.get(seq) {
+            Some(&(at, c)) if c == per_device.len() => {
+                lat.push(at.duration_since(*t).as_secs_f64() * 1000.0)
+            }
+            Some(&(_, c)) => mismatches += per_device.len() - c,
+            None => mismatches += per_device.len(),
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    FanOut {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        max: lat.last().copied().unwrap_or(f64::NAN),
+        messages: sent_at.len(),
+        mismatches,
+    }
+}
+
+/// Every message `user` may see in `cid`: `afterSeq=0&limit=500`, following `hasMore`.
+async fn pull_everything(addr: &str, user: &str, cid: i64) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut after = 0;
+    for _ in 0..100 {
+        let page = must(
+            addr,
+            "GET",
+            &format!("/v1/conversations/{cid}/messages?afterSeq={after}&limit=500"),
+            user,
+            "",
+        )
+        .await;
+        let msgs = page["messages"].as_array().unwrap();
+        after = msgs.last().map_or(after, |m| m["seq"].as_i64().unwrap());
+        all.extend(msgs.iter().cloned());
+        if !page["hasMore"].as_bool().unwrap() || msgs.is_empty() {
+            break;
+        }
+    }
+    all
+}
+
+/// Median of 20 full pulls, ms, and the messages of one.
+async fn time_pull(addr: &str, user: &str, cid: i64) -> (f64, usize) {
+    let mut times = Vec::new();
+    let mut got = 0;
+    for _ in 0..20 {
+        let t = Instant::now();
+        got = pull_everything(addr, user, cid).await.len();
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    (percentile(&times, 0.5), got)
+}
+
+/// Figures of the pull of a member with three membership intervals.
+struct IntervalPull {
+    ms: f64,
+    got: usize,
+    expected: usize,
+    /// Seqs M got that it should not see plus those it should but did not get.
+    wrong: usize,
+    one_ms: f64,
+    one_got: usize,
+}
+
+/// A group of owner, M and C (C a member throughout); `per` texts, kick M, `per`, add M,
+/// `per`, kick M, `per`, add M, `per`: M has three intervals. Full pulls of M and of C.
+async fn interval_pull(addr: &str, tag: &str, per: usize) -> IntervalPull {
+    let (owner, m, c) = (format!("{tag}o"), format!("{tag}m"), format!("{tag}c"));
+    for u in [&owner, &m, &c] {
+        must(addr, "GET", "/v1/friends", u, "").await;
+    }
+    let group = must(
+        addr,
+        "POST",
+        "/v1/groups",
+        &owner,
+        &json!({"name": "bench", "members": [m, c]}).to_string(),
+    )
+    .await;
+    let cid = group["conversationId"].as_i64().unwrap();
+    let members = format!("/v1/groups/{cid}/members");
+    let kick = format!("/v1/groups/{cid}/kick");
+    let only_m = json!({"userIds": [m]}).to_string();
+    let mut ws = connect(addr, &owner, "d").await;
+    send_group(&mut ws, cid, "i1-", per).await;
+    must(addr, "POST", &kick, &owner, &only_m).await;
+    send_group(&mut ws, cid, "gap1-", per).await;
+    must(addr, "POST", &members, &owner, &only_m).await;
+    send_group(&mut ws, cid, "i2-", per).await;
+    must(addr, "POST", &kick, &owner, &only_m).await;
+    send_group(&mut ws, cid, "gap2-", per).await;
+    must(addr, "POST", &members, &owner, &only_m).await;
+    send_group(&mut ws, cid, "i3-", per).await;
+    drop(ws);
+
+    // What M may see, by the protocol's rules, from C's complete view: from the tip that
+    // added M (the created tip for the first interval) to the tip that kicked M.
+    let everything = pull_everything(addr, &c, cid).await;
+    let mut expected = std::collections::HashSet::new();
+    let mut inside = false;
+    for msg in &everything {
+        let p = &msg["payload"];
+        let names_m = |key: &str| {
+            p[key]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|u| *u == *m))
+        };
+        if msg["contentType"] == 9 && (p["event"] == "created" || names_m("userIds")) {
+            inside = true;
+        }
+        if inside {
+            expected.insert(msg["seq"].as_i64().unwrap());
+        }
+        if msg["contentType"] == 8 && names_m("kickedUserIds") {
+            inside = false;
+        }
+    }
+    let got: std::collections::HashSet<i64> = pull_everything(addr, &m, cid)
+        .await
+        .iter()
+        .map(|msg| msg["seq"].as_i64().unwrap())
+        .collect();
+    let wrong = got.symmetric_difference(&expected).count();
+    let (ms, got) = time_pull(addr, &m, cid).await;
+    let (one_ms, one_got) = time_pull(addr, &c, cid).await;
+    IntervalPull {
+        ms,
+        got,
+        expected: expected.len(),
+        wrong,
+        one_ms,
+        one_got,
+    }
+}
+
 /// Server RSS growth per idle WebSocket connection, over `n` connections (100 users).
 async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -378,7 +731,7 @@ async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
 }
 
 /// Whether a phase is selected by `BENCH_PHASES` (comma-separated: tp, lat, pull, live,
-/// mem; all when unset).
+/// group, mem; all when unset).
 fn phase(name: &str) -> bool {
     std::env::var("BENCH_PHASES").map_or(true, |p| p.split(',').any(|x| x.trim() == name))
 }
@@ -424,6 +777,55 @@ async fn run(
         out.insert(
             "live",
             format!("{rate:.0} acked/s ({recv} pushes received, coalesced)"),
+        );
+    }
+    if phase("group") {
+        let f = group_fanout(&server.addr, "gf", 1000, 10.0, secs).await;
+        let every = if f.mismatches == 0 {
+            "every device got every message once".to_string()
+        } else {
+            format!(
+                "MISMATCH: {} (device, message) pairs not received exactly once",
+                f.mismatches
+            )
+        };
+        eprintln!(
+            "[{name}] group fan-out 1000 members online, 10 msgs/s: p50 {:.2} ms, p99 {:.2} ms, \
+             max {:.2} ms ({} messages, {every})",
+            f.p50, f.p99, f.max, f.messages
+        );
+        out.insert(
+            "group",
+            format!(
+                "{:.2} / {:.2} / {:.2} ms ({} messages, {})",
+                f.p50,
+                f.p99,
+                f.max,
+                f.messages,
+                if f.mismatches == 0 {
+                    "all once".to_string()
+                } else {
+                    format!("{} mismatches", f.mismatches)
+                }
+            ),
+        );
+        let p = interval_pull(&server.addr, "gi", 300).await;
+        let check = if p.got == p.expected && p.wrong == 0 {
+            String::new()
+        } else {
+            format!(", MISMATCH: {} seqs differ", p.wrong)
+        };
+        eprintln!(
+            "[{name}] pull, member with 3 intervals: {:.2} ms for {} messages (expected {}{check}) \
+             (1 interval: {:.2} ms for {})",
+            p.ms, p.got, p.expected, p.one_ms, p.one_got
+        );
+        out.insert(
+            "gpull",
+            format!(
+                "{:.2} ms for {} (expected {}{check}); 1 interval: {:.2} ms for {}",
+                p.ms, p.got, p.expected, p.one_ms, p.one_got
+            ),
         );
     }
     drop(server);
@@ -491,6 +893,14 @@ fn main() {
         ("lat", "send → push latency at 5,000 msgs/s, p50 / p99"),
         ("pull", "pull 1,000 missed messages (2 pages), median"),
         ("live", "typing (latest), 16 senders"),
+        (
+            "group",
+            "group fan-out, 1,000 members online, 10 msgs/s, until every device has it, p50 / p99 / max",
+        ),
+        (
+            "gpull",
+            "full pull of a group member with 3 membership intervals, median",
+        ),
         (
             "mem",
             "server memory per idle connection, 10,000 connections",

@@ -257,10 +257,23 @@ pub async fn read_positions(
 ) -> Result<Json<Value>, ApiError> {
     let id = conversation_id(path)?;
     let store = &s.core.store;
-    store
+    let m = store
         .membership(&user, id)
         .await
         .map_err(ApiError::store)??;
+    // A channel's member list is its owner's and admins' only.
+    if m.conversation_type == 3
+        && !store
+            .member(id, &user)
+            .await
+            .map_err(ApiError::store)?
+            .is_some_and(|m| m.is_current() && m.role >= crate::store::groups::Role::Admin)
+    {
+        return Err(ApiError::forbidden(
+            "permission_denied",
+            "a channel's subscribers do not see who read what",
+        ));
+    }
     let positions: Vec<Value> = store
         .read_positions(id, &user)
         .await

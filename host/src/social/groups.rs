@@ -215,9 +215,12 @@ impl Core {
                 }
             }
             let mut payload = json!({
-                "operatorId": owner, "event": "created", "userIds": members, "name": spec.name,
-                "joinPolicy": policy,
+                "operatorId": owner, "event": "created", "name": spec.name, "joinPolicy": policy,
             });
+            // A channel's subscribers are not announced.
+            if spec.conversation_type == 2 {
+                payload["userIds"] = json!(members);
+            }
             if !spec.notice.is_empty() {
                 payload["notice"] = spec.notice.clone().into();
             }
@@ -361,6 +364,7 @@ impl Core {
     }
 
     /// Adds users (or one user joining by themselves when `actor` is in `users`).
+    #[allow(clippy::too_many_arguments)]
     async fn admit(
         &self,
         tx: &mut AnyConnection,
@@ -778,7 +782,11 @@ impl Core {
             } else {
                 json!({ "operatorId": actor, "event": "memberUnmuted", "userIds": [user] })
             };
-            let tip = self.tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now).await?;
+            // A channel's subscribers are not announced.
+            let tip = match l.head.conversation_type {
+                2 => Some(self.tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now).await?),
+                _ => None,
+            };
             q::set_muted(&mut tx, id, user, until).await?;
             let mut w = StreamWriter::new(now);
             w.lock(d, &mut tx, &[user]).await?;
@@ -786,11 +794,14 @@ impl Core {
                 "conversationId": id, "conversationType": l.head.conversation_type,
                 "mutedUntil": until, "by": actor,
             }));
-            let fx = Effects {
-                tips: vec![(tip, self.tip_recipients(&mut tx, id, &[]).await?)],
-                events: w.finish(&mut tx).await?,
+            let mut fx = Effects {
                 members_changed: Some(id),
+                ..Effects::default()
             };
+            if let Some(tip) = tip {
+                fx.tips.push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
+            }
+            fx.events = w.finish(&mut tx).await?;
             tx.commit().await?;
             Ok((json!({ "userId": user, "mutedUntil": until }), fx))
         })

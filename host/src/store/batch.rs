@@ -461,10 +461,10 @@ async fn send(
             given: m.conversation_type,
         }));
     }
-    if let Some(&(role, muted_until)) = mem.roles.get(&m.sender_id) {
-        if let Some(r) = group_refusal(head, conversation_id, role, muted_until, ctx.now) {
-            return Ok(Err(r));
-        }
+    if let Some(&(role, muted_until)) = mem.roles.get(&m.sender_id)
+        && let Some(r) = group_refusal(head, conversation_id, role, muted_until, ctx.now)
+    {
+        return Ok(Err(r));
     }
     if blocked.contains(&(conversation_id, m.sender_id.clone())) {
         return Ok(Err(Refused::Blocked));

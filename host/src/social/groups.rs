@@ -467,6 +467,17 @@ impl Core {
             let tip = self
                 .admit(&mut tx, &mut l, &mut w, actor, &new, "membersAdded", now)
                 .await?;
+            // Adding someone who asked to join answers their request.
+            for u in &new {
+                if let Some(r) = q::join_request(&mut tx, id, u).await?
+                    && r.state == 0
+                {
+                    let r = q::JoinRequest { state: 1, ..r };
+                    q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
+                    self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
+                        .await?;
+                }
+            }
             let mut fx = Effects {
                 members_changed: Some(id),
                 ..Effects::default()
@@ -966,7 +977,7 @@ impl Core {
             if approve && !already {
                 let users = [user.to_string()];
                 let tip = self
-                    .admit(&mut tx, &mut l, &mut w, actor, &users, "membersAdded", now)
+                    .admit(&mut tx, &mut l, &mut w, actor, &users, "joined", now)
                     .await?;
                 if let Some(tip) = tip {
                     fx.tips

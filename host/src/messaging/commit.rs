@@ -13,7 +13,7 @@ use crate::api::ApiError;
 use crate::gateway::frames::{self, ReadAck, SendAck};
 use crate::gateway::hub::{Device, Hub};
 use crate::plugins::Delivery;
-use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome, Target};
+use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome, RecipientCache, Target};
 use crate::store::{Store, now_ms};
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
@@ -84,6 +84,7 @@ pub async fn run(
     hub: Arc<Hub>,
     ids: Arc<IdGen>,
     routes: Arc<Routes>,
+    recipients: Arc<RecipientCache>,
     settings: Settings,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
@@ -95,7 +96,8 @@ pub async fn run(
             replies.push((job.reply, job.key));
         }
         let started = std::time::Instant::now();
-        let result = commit_with_retries(&store, &ops, &ids, settings.recall_window_ms).await;
+        let result =
+            commit_with_retries(&store, &ops, &ids, &recipients, settings.recall_window_ms).await;
         tracing::debug!(
             ops = ops.len(),
             micros = started.elapsed().as_micros() as u64,
@@ -137,6 +139,7 @@ async fn commit_with_retries(
     store: &Store,
     ops: &[Op],
     ids: &IdGen,
+    recipients: &RecipientCache,
     recall_window_ms: i64,
 ) -> Result<Vec<Outcome>, BatchError> {
     let mut attempt = 0;
@@ -145,6 +148,7 @@ async fn commit_with_retries(
             now: now_ms(),
             recall_window_ms,
             ids,
+            recipients,
         };
         match store.commit(ops, &ctx).await {
             Err(BatchError::Conflict) if attempt < CONFLICT_RETRIES => {

@@ -16,7 +16,7 @@ use crate::auth::{Tokens, valid_user_id};
 use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
 use crate::gateway::hub::{Device, Hub, user_key};
 use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
-use crate::store::batch::{IdGen, NewMessage, Op, Refused, Target};
+use crate::store::batch::{IdGen, NewMessage, Op, RecipientCache, Refused, Target};
 use crate::store::{Dialect, Store};
 use route::Routes;
 
@@ -90,6 +90,7 @@ impl Core {
         };
         let routes = Arc::new(Routes::new(committers));
         let ids = Arc::new(IdGen::new(settings.node_id));
+        let recipients = Arc::new(RecipientCache::default());
         let mut commits = Vec::new();
         for _ in 0..routes.committers() {
             let (tx, rx) = mpsc::channel(settings.batch_max * 8);
@@ -100,6 +101,7 @@ impl Core {
                 hub.clone(),
                 ids.clone(),
                 routes.clone(),
+                recipients.clone(),
                 settings.clone(),
             ));
         }

@@ -191,6 +191,35 @@ pub struct BatchContext<'a> {
     pub now: i64,
     pub recall_window_ms: i64,
     pub ids: &'a IdGen,
+    pub recipients: &'a RecipientCache,
+}
+
+/// The current members of groups and channels by `(version, members)`: every change of
+/// a group's members moves its version on, under the head lock a batch holds when it
+/// reads the version, so a cached list of the same version is the list in the database.
+/// It spares a batch reading every member of a large group for each message.
+#[derive(Default)]
+pub struct RecipientCache(std::sync::Mutex<HashMap<i64, Versioned>>);
+
+/// A group's version and its current members at that version.
+type Versioned = (i64, Arc<[String]>);
+
+impl RecipientCache {
+    fn get(&self, conversation_id: i64, version: i64) -> Option<Arc<[String]>> {
+        let cache = self.0.lock().expect("recipient cache");
+        match cache.get(&conversation_id) {
+            Some((v, members)) if *v == version => Some(members.clone()),
+            _ => None,
+        }
+    }
+
+    fn put(&self, conversation_id: i64, version: i64, members: Arc<[String]>) {
+        let mut cache = self.0.lock().expect("recipient cache");
+        if cache.len() >= 10_000 {
+            cache.clear();
+        }
+        cache.insert(conversation_id, (version, members));
+    }
 }
 
 struct Head {
@@ -205,12 +234,12 @@ struct Head {
 
 #[derive(Default)]
 struct Members {
-    /// Members now (may send, get pushes).
+    /// Members now, who get the pushes (private conversations; a group's come cached).
     current: Vec<String>,
-    /// Groups and channels: the role and mute of each current member.
+    /// Groups and channels: the role and mute of the batch's current members.
     roles: HashMap<String, (i64, i64)>,
-    /// Everyone with a membership row (may move their read position), with the seq their
-    /// membership ended at.
+    /// Membership rows (every member's in a private conversation, the batch's senders'
+    /// and readers' in a group), with the seq their membership ended at.
     any: HashMap<String, Option<i64>>,
     current_arc: Option<Arc<[String]>>,
 }
@@ -335,7 +364,18 @@ async fn run(
     ids.extend(stored_before.values().map(|(m, _)| m.conversation_id));
     ids.sort_unstable();
     ids.dedup();
-    let (mut heads, mut members) = lock_heads(d, conn, &ids).await?;
+    let actors: Vec<(i64, &str)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => Some((conversation_of(m).ok()?, m.sender_id.as_str())),
+            Op::Read {
+                user_id,
+                conversation_id,
+                ..
+            } => Some((*conversation_id, user_id.as_str())),
+        })
+        .collect();
+    let (mut heads, mut members) = lock_heads(d, conn, &ids, &actors, ctx.recipients).await?;
     let blocked = private_blocks(d, conn, ops, &heads, &members).await?;
 
     // 4. Each op in order.
@@ -451,7 +491,7 @@ async fn send(
     if head.dissolved && mem.any.contains_key(&m.sender_id) {
         return Ok(Err(Refused::GroupDissolved(conversation_id)));
     }
-    if !mem.current.iter().any(|u| u == &m.sender_id) {
+    if mem.any.get(&m.sender_id) != Some(&None) {
         return Ok(Err(Refused::NotAMember(conversation_id)));
     }
     if head.conversation_type != m.conversation_type {
@@ -811,14 +851,19 @@ async fn find_stored(
 }
 
 /// Locks the head rows of `ids` (in id order, so two writers never deadlock) and reads
-/// them with every membership row, in one statement.
+/// them with the membership rows that matter: every member of a private conversation; of a
+/// group, the rows of `actors` (its senders and readers in this batch) and the current
+/// members, from the cache when the group's version has not moved.
 async fn lock_heads(
     d: Dialect,
     conn: &mut AnyConnection,
     ids: &[i64],
+    actors: &[(i64, &str)],
+    cache: &RecipientCache,
 ) -> Result<(HashMap<i64, Head>, HashMap<i64, Members>), BatchError> {
     let mut heads = HashMap::new();
     let mut members: HashMap<i64, Members> = HashMap::new();
+    let mut versions: HashMap<i64, i64> = HashMap::new();
     for chunk in shaped_chunks(ids) {
         let lock = match d {
             Dialect::Postgres => " FOR UPDATE OF c",
@@ -827,8 +872,8 @@ async fn lock_heads(
         };
         let sql = format!(
             "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
-             m.user_id, m.left_at_seq, m.role, m.muted_until, g.mute_all, g.state FROM conversations c \
-             LEFT JOIN members m ON m.conversation_id = c.conversation_id \
+             m.user_id, m.left_at_seq, g.mute_all, g.state, g.version FROM conversations c \
+             LEFT JOIN members m ON m.conversation_id = c.conversation_id AND c.conversation_type = 1 \
              LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
              WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
             placeholders(d, 1, chunk.len())
@@ -839,29 +884,77 @@ async fn lock_heads(
         }
         for row in q.fetch_all(&mut *conn).await? {
             let id: i64 = row.try_get(0)?;
-            let head = heads.entry(id).or_insert(Head {
+            heads.entry(id).or_insert(Head {
                 conversation_type: row.try_get::<i64, _>(1)? as u8,
                 last_seq: row.try_get(2)?,
                 acc: row.try_get(3)?,
                 dirty: false,
-                mute_all: row.try_get::<Option<i64>, _>(8)?.unwrap_or(0) != 0,
-                dissolved: row.try_get::<Option<i64>, _>(9)?.unwrap_or(0) != 0,
+                mute_all: row.try_get::<Option<i64>, _>(6)?.unwrap_or(0) != 0,
+                dissolved: row.try_get::<Option<i64>, _>(7)?.unwrap_or(0) != 0,
             });
-            let group = head.conversation_type >= 2;
+            if let Some(v) = row.try_get::<Option<i64>, _>(8)? {
+                versions.insert(id, v);
+            }
             let entry = members.entry(id).or_default();
             if let Some(user) = row.try_get::<Option<String>, _>(4)? {
                 let left_at = row.try_get::<Option<i64>, _>(5)?;
                 if left_at.is_none() {
                     entry.current.push(user.clone());
-                    if group {
-                        let role = row.try_get::<Option<i64>, _>(6)?.unwrap_or(0);
-                        let muted = row.try_get::<Option<i64>, _>(7)?.unwrap_or(0);
-                        entry.roles.insert(user.clone(), (role, muted));
-                    }
                 }
                 entry.any.insert(user, left_at);
             }
         }
+    }
+    // Groups: the actors' own rows.
+    let mut pairs: Vec<(i64, &str)> = actors
+        .iter()
+        .filter(|(id, _)| versions.contains_key(id))
+        .copied()
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    for chunk in shaped_chunks(&pairs) {
+        let sql = format!(
+            "SELECT conversation_id, user_id, left_at_seq, role, muted_until FROM members \
+             WHERE (conversation_id, user_id) IN (VALUES {})",
+            tuples(d, chunk.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, user) in chunk {
+            q = q.bind(*id).bind(*user);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            let entry = members.entry(row.try_get(0)?).or_default();
+            let user: String = row.try_get(1)?;
+            let left_at = row.try_get::<Option<i64>, _>(2)?;
+            if left_at.is_none() {
+                entry
+                    .roles
+                    .insert(user.clone(), (row.try_get(3)?, row.try_get(4)?));
+            }
+            entry.any.insert(user, left_at);
+        }
+    }
+    // Groups: who gets the pushes.
+    for (&id, &version) in &versions {
+        let current = match cache.get(id, version) {
+            Some(c) => c,
+            None => {
+                let list: Vec<String> = sqlx::query(
+                    "SELECT user_id FROM members WHERE conversation_id = $1 AND left_at_seq IS NULL",
+                )
+                .bind(id)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+                let list: Arc<[String]> = list.into();
+                cache.put(id, version, list.clone());
+                list
+            }
+        };
+        members.entry(id).or_default().current_arc = Some(current);
     }
     Ok((heads, members))
 }

@@ -261,18 +261,21 @@ pub async fn read_positions(
         .membership(&user, id)
         .await
         .map_err(ApiError::store)??;
-    // A channel's member list is its owner's and admins' only.
-    if m.conversation_type == 3
-        && !store
+    // A group's members are its current members' business; a channel's, its owner's and
+    // admins' only.
+    if m.conversation_type >= 2 {
+        let me = store
             .member(id, &user)
             .await
             .map_err(ApiError::store)?
-            .is_some_and(|m| m.is_current() && m.role >= crate::store::groups::Role::Admin)
-    {
-        return Err(ApiError::forbidden(
-            "permission_denied",
-            "a channel's subscribers do not see who read what",
-        ));
+            .filter(|m| m.is_current())
+            .ok_or(crate::store::batch::Refused::NotAMember(id))?;
+        if m.conversation_type == 3 && me.role < crate::store::groups::Role::Admin {
+            return Err(ApiError::forbidden(
+                "permission_denied",
+                "a channel's subscribers do not see who read what",
+            ));
+        }
     }
     let positions: Vec<Value> = store
         .read_positions(id, &user)

@@ -356,6 +356,20 @@ pub async fn receipts(
         return Err(ApiError::bad_request("seqs lists 1 to 100 seqs"));
     }
     current_role(&s, id, &user).await?;
+    // Only what the caller could see: a seq from before they joined is not theirs to ask.
+    let m = s
+        .core
+        .store
+        .membership(&user, id)
+        .await
+        .map_err(ApiError::store)??;
+    if let Some(seq) = b
+        .seqs
+        .iter()
+        .find(|&&seq| !m.intervals().iter().any(|&(lo, hi)| seq > lo && seq <= hi))
+    {
+        return Err(Refused::MessageNotFound(*seq).into());
+    }
     let mut list = Vec::with_capacity(b.seqs.len());
     for r in s
         .core

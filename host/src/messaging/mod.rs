@@ -6,6 +6,7 @@ mod commit;
 mod route;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::value::RawValue;
@@ -17,6 +18,7 @@ use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
 use crate::gateway::hub::{Device, Hub, user_key};
 use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
 use crate::store::batch::{IdGen, NewMessage, Op, RecipientCache, Refused, Target};
+use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
 use route::Routes;
 
@@ -54,8 +56,8 @@ pub struct LiveSend {
     payload: Box<RawValue>,
 }
 
-/// A conversation's type and current members.
-type Members = (u8, Arc<[String]>);
+/// A conversation as live sends see it, and its members to push to.
+type Members = (Arc<LiveMembers>, Arc<[String]>);
 
 /// The messaging core: what the gateway and the HTTP API share.
 pub struct Core {
@@ -74,6 +76,9 @@ pub struct Core {
     blocks: Mutex<HashMap<(String, String), bool>>,
     /// Message ids (the committers' and the server's tips).
     pub(crate) ids: Arc<IdGen>,
+    /// Moves on with every change of the caches above, so a read that raced a change
+    /// does not cache what it read.
+    generation: AtomicU64,
 }
 
 impl Core {
@@ -117,6 +122,7 @@ impl Core {
             known_users: Mutex::new(HashSet::new()),
             blocks: Mutex::new(HashMap::new()),
             ids,
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -288,9 +294,17 @@ impl Core {
             Target::Conversation(id) => *id,
             Target::Peer(peer) => self.private_conversation(sender, peer).await?,
         };
-        let (conversation_type, members) = self.members_of(conversation_id).await?;
+        let (live_members, members) = self.members_of(conversation_id).await?;
+        let conversation_type = live_members.conversation_type;
         if !members.iter().any(|m| m == sender) {
             return Err(Refused::NotAMember(conversation_id).into());
+        }
+        // The rules of a group send hold for live kinds too.
+        if conversation_type >= 2 {
+            let (role, muted_until) = live_members.roles.get(sender).copied().unwrap_or((0, 0));
+            if muted_until > crate::store::now_ms() || (live_members.mute_all && role < 1) {
+                return Err(Refused::Muted(conversation_id).into());
+            }
         }
         if conversation_type == 1
             && let Some(peer) = members.iter().find(|m| *m != sender)
@@ -351,17 +365,26 @@ impl Core {
         if let Some(b) = self.blocks.lock().expect("blocks").get(&key) {
             return Ok(*b);
         }
+        let generation = self.generation.load(Ordering::Acquire);
         let b = self
             .store
             .is_blocked(blocker, blocked)
             .await
             .map_err(ApiError::store)?;
-        self.remember_block(key, b);
+        let mut cache = self.blocks.lock().expect("blocks");
+        if self.generation.load(Ordering::Acquire) == generation {
+            if cache.len() >= 100_000 {
+                cache.clear();
+            }
+            cache.insert(key, b);
+        }
         Ok(b)
     }
 
+    /// Records a block or unblock this node committed.
     pub(crate) fn remember_block(&self, key: (String, String), blocked: bool) {
         let mut cache = self.blocks.lock().expect("blocks");
+        self.generation.fetch_add(1, Ordering::AcqRel);
         if cache.len() >= 100_000 {
             cache.clear();
         }
@@ -370,34 +393,29 @@ impl Core {
 
     /// Drops the cached members of a conversation whose membership changed.
     pub(crate) fn forget_members(&self, conversation_id: i64) {
-        self.members
-            .lock()
-            .expect("members")
-            .remove(&conversation_id);
+        let mut cache = self.members.lock().expect("members");
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        cache.remove(&conversation_id);
     }
 
     async fn members_of(&self, conversation_id: i64) -> Result<Members, ApiError> {
         if let Some(m) = self.members.lock().expect("members").get(&conversation_id) {
             return Ok(m.clone());
         }
-        let members = self
+        // A change that commits while we read must not leave its old members cached.
+        let generation = self.generation.load(Ordering::Acquire);
+        let live = self
             .store
-            .current_members(conversation_id)
+            .live_members(conversation_id)
             .await
-            .map_err(ApiError::store)?;
-        let Some(first) = members.first() else {
-            return Err(Refused::NotAMember(conversation_id).into());
-        };
-        let m = self
-            .store
-            .membership(first, conversation_id)
-            .await
-            .map_err(ApiError::store)??;
-        let entry = (m.conversation_type, Arc::<[String]>::from(members));
-        self.members
-            .lock()
-            .expect("members")
-            .insert(conversation_id, entry.clone());
+            .map_err(ApiError::store)?
+            .ok_or(Refused::NotAMember(conversation_id))?;
+        let members = Arc::<[String]>::from(live.members.clone());
+        let entry = (Arc::new(live), members);
+        let mut cache = self.members.lock().expect("members");
+        if self.generation.load(Ordering::Acquire) == generation {
+            cache.insert(conversation_id, entry.clone());
+        }
         Ok(entry)
     }
 

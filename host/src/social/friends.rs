@@ -242,6 +242,11 @@ impl Core {
             )
             .into());
         }
+        if decision == Decision::Accept
+            && q::either_blocks(&mut tx, &r.from_user, &r.to_user).await?
+        {
+            return Err(ApiError::forbidden("blocked", "one of you blocked the other").into());
+        }
         let mut fx = Effects::default();
         let state = match decision {
             Decision::Accept => {

@@ -463,12 +463,20 @@ impl Core {
                 )
                 .into());
             }
+            // Every stream this change may write to, locked at once in user order.
             let mut w = StreamWriter::new(now);
+            let mut affected: Vec<String> = self.admins(&mut tx, id).await?;
+            affected.extend(new.iter().cloned());
+            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+            w.lock(d, &mut tx, &refs).await?;
             let tip = self
                 .admit(&mut tx, &mut l, &mut w, actor, &new, "membersAdded", now)
                 .await?;
-            // Adding someone who asked to join answers their request.
+            // An owner or admin adding someone who asked to join answers their request.
             for u in &new {
+                if l.me.role < Role::Admin {
+                    break;
+                }
                 if let Some(r) = q::join_request(&mut tx, id, u).await?
                     && r.state == 0
                 {
@@ -799,6 +807,7 @@ impl Core {
                 _ => None,
             };
             q::set_muted(&mut tx, id, user, until).await?;
+            q::save_group(&mut tx, &mut l.group, now).await?;
             let mut w = StreamWriter::new(now);
             w.lock(d, &mut tx, &[user]).await?;
             w.append(user, "group.muted", None, &json!({
@@ -901,6 +910,16 @@ impl Core {
         .await
     }
 
+    /// The owner and admins now.
+    async fn admins(&self, tx: &mut AnyConnection, id: i64) -> Result<Vec<String>, OpError> {
+        Ok(q::current_in(tx, id)
+            .await?
+            .into_iter()
+            .filter(|(_, role)| *role >= Role::Admin)
+            .map(|(u, _)| u)
+            .collect())
+    }
+
     /// `group.joinRequest` to the requester, the owner and the admins.
     async fn join_request_events(
         &self,
@@ -910,12 +929,7 @@ impl Core {
         r: &q::JoinRequest,
         by: Option<&str>,
     ) -> Result<(), OpError> {
-        let mut to: Vec<String> = q::current_in(tx, l.head.conversation_id)
-            .await?
-            .into_iter()
-            .filter(|(_, role)| *role >= Role::Admin)
-            .map(|(u, _)| u)
-            .collect();
+        let mut to = self.admins(tx, l.head.conversation_id).await?;
         to.push(r.user_id.clone());
         let unique: HashSet<&str> = to.iter().map(String::as_str).collect();
         let refs: Vec<&str> = unique.into_iter().collect();
@@ -968,7 +982,12 @@ impl Core {
                 ..r
             };
             q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
+            // Every stream this change may write to, locked at once in user order.
             let mut w = StreamWriter::new(now);
+            let mut affected: Vec<String> = self.admins(&mut tx, id).await?;
+            affected.push(user.to_string());
+            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+            w.lock(d, &mut tx, &refs).await?;
             let mut fx = Effects::default();
             let already = q::members_in(d, &mut tx, id, &[user])
                 .await?

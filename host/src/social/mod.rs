@@ -130,10 +130,13 @@ impl Core {
             conversation_type,
             conversation_id: &id,
         };
-        Ok(self
-            .registry
-            .validate(content_type, &ctx, payload.to_string().as_bytes())?
-            .payload)
+        // The plugin call blocks its thread (a busy plugin up to its wait limit): tell the
+        // runtime, so this worker's other tasks move elsewhere meanwhile.
+        let text = payload.to_string();
+        let v = tokio::task::block_in_place(|| {
+            self.registry.validate(content_type, &ctx, text.as_bytes())
+        })?;
+        Ok(v.payload)
     }
 }
 

@@ -242,6 +242,8 @@ struct Members {
     /// and readers' in a group), with the seq their membership ended at.
     any: HashMap<String, Option<i64>>,
     current_arc: Option<Arc<[String]>>,
+    /// Private conversations: the member who blocks the other, if any.
+    blockers: Vec<String>,
 }
 
 impl Members {
@@ -306,8 +308,8 @@ async fn run(
     ops: &[Op],
     ctx: &BatchContext<'_>,
 ) -> Result<Vec<Outcome>, BatchError> {
-    // 1. Private conversations named by peer: blocks first (a blocked first message
-    // creates nothing), then look up, create the missing ones.
+    // 1. Private conversations named by peer: look up; a first message creates its
+    // conversation unless the peer blocks the sender (then it creates nothing).
     let mut by_peer: Vec<(String, String)> = ops
         .iter()
         .filter_map(|op| match op {
@@ -320,18 +322,26 @@ async fn run(
         .collect();
     by_peer.sort();
     by_peer.dedup();
-    let blocked_by_peer = match by_peer.is_empty() {
-        true => HashSet::new(),
-        false => blocked_pairs(d, conn, &by_peer).await?,
-    };
-    let mut pairs: Vec<(String, String)> = by_peer
-        .iter()
-        .filter(|p| !blocked_by_peer.contains(*p))
-        .map(|(peer, sender)| pair(sender, peer))
-        .collect();
+    let mut pairs: Vec<Pair> = by_peer.iter().map(|(p, s)| pair(s, p)).collect();
     pairs.sort();
     pairs.dedup();
-    let by_pair = resolve_pairs(d, conn, &pairs, ctx.now).await?;
+    let mut by_pair = find_pairs(d, conn, &pairs).await?;
+    let first: Vec<(String, String)> = by_peer
+        .into_iter()
+        .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
+        .collect();
+    let blocked_by_peer = match first.is_empty() {
+        true => HashSet::new(),
+        false => blocked_pairs(d, conn, &first).await?,
+    };
+    let mut create: Vec<Pair> = first
+        .iter()
+        .filter(|p| !blocked_by_peer.contains(*p))
+        .map(|(p, s)| pair(s, p))
+        .collect();
+    create.sort();
+    create.dedup();
+    by_pair.extend(resolve_pairs(d, conn, &create, ctx.now).await?);
     let conversation_of = |m: &NewMessage| -> Result<i64, Refused> {
         match &m.target {
             Target::Conversation(id) => Ok(*id),
@@ -376,7 +386,6 @@ async fn run(
         })
         .collect();
     let (mut heads, mut members) = lock_heads(d, conn, &ids, &actors, ctx.recipients).await?;
-    let blocked = private_blocks(d, conn, ops, &heads, &members).await?;
 
     // 4. Each op in order.
     let mut pending = Pending::default();
@@ -397,6 +406,9 @@ async fn run(
                 if let Some((original, push_again)) = earlier {
                     let recipients = match push_again {
                         false => Arc::from([]),
+                        // In a group, today's members are not those who could see it: only
+                        // the sender's own devices get it again.
+                        true if original.conversation_type >= 2 => Arc::from([m.sender_id.clone()]),
                         true => members
                             .get_mut(&original.conversation_id)
                             .map(Members::recipients)
@@ -415,7 +427,6 @@ async fn run(
                         &conversation_of,
                         &mut heads,
                         &mut members,
-                        &blocked,
                         &mut pending,
                         ctx,
                     )
@@ -474,7 +485,6 @@ async fn send(
     conversation_of: &impl Fn(&NewMessage) -> Result<i64, Refused>,
     heads: &mut HashMap<i64, Head>,
     members: &mut HashMap<i64, Members>,
-    blocked: &HashSet<(i64, String)>,
     pending: &mut Pending,
     ctx: &BatchContext<'_>,
 ) -> Result<Result<(Arc<Stored>, Arc<[String]>, i64), Refused>, BatchError> {
@@ -506,7 +516,7 @@ async fn send(
     {
         return Ok(Err(r));
     }
-    if blocked.contains(&(conversation_id, m.sender_id.clone())) {
+    if mem.blockers.iter().any(|u| u != &m.sender_id) {
         return Ok(Err(Refused::Blocked));
     }
     if let Some(target) = m.recalls {
@@ -583,44 +593,6 @@ fn group_refusal(
         return Some(Refused::Muted(conversation_id));
     }
     None
-}
-
-/// Sends into known private conversations whose peer blocks the sender:
-/// `(conversation, sender)`.
-async fn private_blocks(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    ops: &[Op],
-    heads: &HashMap<i64, Head>,
-    members: &HashMap<i64, Members>,
-) -> Result<HashSet<(i64, String)>, BatchError> {
-    let mut asked: Vec<((String, String), i64)> = Vec::new();
-    for op in ops {
-        if let Op::Send(NewMessage {
-            target: Target::Conversation(id),
-            sender_id,
-            ..
-        }) = op
-            && heads.get(id).is_some_and(|h| h.conversation_type == 1)
-            && let Some(peer) = members
-                .get(id)
-                .and_then(|m| m.any.keys().find(|u| *u != sender_id))
-        {
-            asked.push(((peer.clone(), sender_id.clone()), *id));
-        }
-    }
-    if asked.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let mut pairs: Vec<(String, String)> = asked.iter().map(|(p, _)| p.clone()).collect();
-    pairs.sort();
-    pairs.dedup();
-    let found = blocked_pairs(d, conn, &pairs).await?;
-    Ok(asked
-        .into_iter()
-        .filter(|(p, _)| found.contains(p))
-        .map(|((_, sender), id)| (id, sender))
-        .collect())
 }
 
 async fn read(
@@ -714,12 +686,12 @@ pub(crate) async fn recalled_counting(
     .try_get(0)
 }
 
-pub(crate) async fn resolve_pairs(
+/// The private conversations of `pairs` that exist.
+async fn find_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
-    pairs: &[(String, String)],
-    now: i64,
-) -> Result<HashMap<(String, String), i64>, BatchError> {
+    pairs: &[Pair],
+) -> Result<HashMap<Pair, i64>, BatchError> {
     let mut found = HashMap::new();
     if pairs.is_empty() {
         return Ok(found);
@@ -735,6 +707,17 @@ pub(crate) async fn resolve_pairs(
     for row in q.fetch_all(&mut *conn).await? {
         found.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
     }
+    Ok(found)
+}
+
+/// The private conversations of `pairs`, creating the missing ones (of known users).
+pub(crate) async fn resolve_pairs(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    pairs: &[Pair],
+    now: i64,
+) -> Result<HashMap<Pair, i64>, BatchError> {
+    let mut found = find_pairs(d, conn, pairs).await?;
     let missing: Vec<&(String, String)> =
         pairs.iter().filter(|p| !found.contains_key(*p)).collect();
     if missing.is_empty() {
@@ -872,9 +855,12 @@ async fn lock_heads(
         };
         let sql = format!(
             "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
-             m.user_id, m.left_at_seq, g.mute_all, g.state, g.version FROM conversations c \
+             m.user_id, m.left_at_seq, \
+             CASE WHEN EXISTS (SELECT 1 FROM blocks b JOIN members p \
+                 ON p.conversation_id = m.conversation_id AND p.user_id = b.blocked \
+                 WHERE b.blocker = m.user_id AND b.active = 1) THEN 1 ELSE 0 END \
+             FROM conversations c \
              LEFT JOIN members m ON m.conversation_id = c.conversation_id AND c.conversation_type = 1 \
-             LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
              WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
             placeholders(d, 1, chunk.len())
         );
@@ -889,20 +875,46 @@ async fn lock_heads(
                 last_seq: row.try_get(2)?,
                 acc: row.try_get(3)?,
                 dirty: false,
-                mute_all: row.try_get::<Option<i64>, _>(6)?.unwrap_or(0) != 0,
-                dissolved: row.try_get::<Option<i64>, _>(7)?.unwrap_or(0) != 0,
+                mute_all: false,
+                dissolved: false,
             });
-            if let Some(v) = row.try_get::<Option<i64>, _>(8)? {
-                versions.insert(id, v);
-            }
             let entry = members.entry(id).or_default();
             if let Some(user) = row.try_get::<Option<String>, _>(4)? {
                 let left_at = row.try_get::<Option<i64>, _>(5)?;
                 if left_at.is_none() {
                     entry.current.push(user.clone());
                 }
+                if row.try_get::<i64, _>(6)? != 0 {
+                    entry.blockers.push(user.clone());
+                }
                 entry.any.insert(user, left_at);
             }
+        }
+    }
+    // Groups: their settings, read after the lock is held (a statement that waited for
+    // the lock would see the rows it joined as they were before the wait).
+    let groups: Vec<i64> = heads
+        .iter()
+        .filter(|(_, h)| h.conversation_type >= 2)
+        .map(|(id, _)| *id)
+        .collect();
+    for chunk in shaped_chunks(&groups) {
+        let sql = format!(
+            "SELECT conversation_id, mute_all, state, version FROM group_info \
+             WHERE conversation_id IN ({})",
+            placeholders(d, 1, chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(*id);
+        }
+        for row in q.fetch_all(&mut *conn).await? {
+            let id: i64 = row.try_get(0)?;
+            if let Some(h) = heads.get_mut(&id) {
+                h.mute_all = row.try_get::<i64, _>(1)? != 0;
+                h.dissolved = row.try_get::<i64, _>(2)? != 0;
+            }
+            versions.insert(id, row.try_get(3)?);
         }
     }
     // Groups: the actors' own rows.

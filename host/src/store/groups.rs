@@ -365,14 +365,20 @@ pub async fn open_membership(
     .await?;
     match previous {
         Some(r) => {
-            if let Some(left) = r.try_get::<Option<i64>, _>(1)? {
+            let after: i64 = r.try_get(0)?;
+            // An empty interval (a channel left before anything was posted) is not kept.
+            if let Some(left) = r.try_get::<Option<i64>, _>(1)?
+                && left > after
+            {
                 sqlx::query(
                     "INSERT INTO member_intervals (conversation_id, user_id, joined_after_seq, left_at_seq) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                     VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id, user_id, joined_after_seq) \
+                     DO UPDATE SET left_at_seq = excluded.left_at_seq \
+                     WHERE excluded.left_at_seq > member_intervals.left_at_seq",
                 )
                 .bind(head.conversation_id)
                 .bind(user_id)
-                .bind(r.try_get::<i64, _>(0)?)
+                .bind(after)
                 .bind(left)
                 .execute(&mut *conn)
                 .await?;

@@ -66,6 +66,16 @@ impl MessageRow {
     }
 }
 
+/// A conversation as live sends see it.
+#[derive(Debug, Clone)]
+pub struct LiveMembers {
+    pub conversation_type: u8,
+    pub members: Vec<String>,
+    /// Members with a role or a mute: `(role, muted_until)`.
+    pub roles: std::collections::HashMap<String, (i64, i64)>,
+    pub mute_all: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct OverviewRow {
     pub conversation_id: i64,
@@ -121,37 +131,32 @@ impl Store {
         user_id: &str,
         conversation_id: i64,
     ) -> Result<Result<Membership, Refused>, sqlx::Error> {
-        let row = sqlx::query(
-            "SELECT c.conversation_type, c.last_seq, m.joined_after_seq, m.left_at_seq \
+        // One statement, so a rejoin committing meanwhile cannot show an interval twice.
+        let rows = sqlx::query(
+            "SELECT c.conversation_type, c.last_seq, m.joined_after_seq, m.left_at_seq, \
+             i.joined_after_seq, i.left_at_seq \
              FROM members m JOIN conversations c ON c.conversation_id = m.conversation_id \
-             WHERE m.conversation_id = $1 AND m.user_id = $2",
+             LEFT JOIN member_intervals i ON i.conversation_id = m.conversation_id AND i.user_id = m.user_id \
+             WHERE m.conversation_id = $1 AND m.user_id = $2 ORDER BY i.joined_after_seq",
         )
         .bind(conversation_id)
         .bind(user_id)
-        .fetch_optional(self.read())
+        .fetch_all(self.read())
         .await?;
-        let Some(row) = row else {
+        let Some(row) = rows.first() else {
             return Ok(Err(Refused::NotAMember(conversation_id)));
         };
-        let conversation_type = row.try_get::<i64, _>(0)? as u8;
-        // Only groups and channels have members who come and go.
-        let earlier = if conversation_type >= 2 {
-            sqlx::query(
-                "SELECT joined_after_seq, left_at_seq FROM member_intervals \
-                 WHERE conversation_id = $1 AND user_id = $2 ORDER BY joined_after_seq",
-            )
-            .bind(conversation_id)
-            .bind(user_id)
-            .fetch_all(self.read())
-            .await?
-            .iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect::<sqlx::Result<_>>()?
-        } else {
-            Vec::new()
-        };
+        let mut earlier = Vec::new();
+        for r in &rows {
+            if let (Some(a), Some(b)) = (
+                r.try_get::<Option<i64>, _>(4)?,
+                r.try_get::<Option<i64>, _>(5)?,
+            ) {
+                earlier.push((a, b));
+            }
+        }
         Ok(Ok(Membership {
-            conversation_type,
+            conversation_type: row.try_get::<i64, _>(0)? as u8,
             last_seq: row.try_get(1)?,
             joined_after_seq: row.try_get(2)?,
             left_at_seq: row.try_get(3)?,
@@ -159,17 +164,36 @@ impl Store {
         }))
     }
 
-    /// Current members of a conversation (for live pushes).
-    pub async fn current_members(&self, conversation_id: i64) -> sqlx::Result<Vec<String>> {
-        sqlx::query(
-            "SELECT user_id FROM members WHERE conversation_id = $1 AND left_at_seq IS NULL",
+    /// What a live send needs of a conversation: its type, its current members with
+    /// their role and mute, and whether everyone is muted. `None`: nobody is a member.
+    pub async fn live_members(&self, conversation_id: i64) -> sqlx::Result<Option<LiveMembers>> {
+        let rows = sqlx::query(
+            "SELECT c.conversation_type, m.user_id, m.role, m.muted_until, COALESCE(g.mute_all, 0) \
+             FROM conversations c JOIN members m ON m.conversation_id = c.conversation_id \
+             LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
+             WHERE c.conversation_id = $1 AND m.left_at_seq IS NULL",
         )
         .bind(conversation_id)
         .fetch_all(self.read())
-        .await?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect()
+        .await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let mut live = LiveMembers {
+            conversation_type: first.try_get::<i64, _>(0)? as u8,
+            mute_all: first.try_get::<i64, _>(4)? != 0,
+            members: Vec::with_capacity(rows.len()),
+            roles: std::collections::HashMap::new(),
+        };
+        for r in &rows {
+            let user: String = r.try_get(1)?;
+            let (role, muted): (i64, i64) = (r.try_get(2)?, r.try_get(3)?);
+            if role != 0 || muted != 0 {
+                live.roles.insert(user.clone(), (role, muted));
+            }
+            live.members.push(user);
+        }
+        Ok(Some(live))
     }
 
     /// The private conversation of two users, if it exists.

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -44,6 +45,11 @@ on_both!(
     group_receipts_count_reads,
     group_fan_out_reaches_each_device_once,
     an_offline_device_catches_up,
+    kicked_members_get_no_pushes_sent_after_their_kick,
+    channel_history_survives_leaving_and_rejoining,
+    a_resend_in_a_group_reaches_no_later_member,
+    former_members_see_no_read_positions_or_earlier_receipts,
+    live_kinds_honour_mutes,
 );
 
 async fn setup(backend: &Backend, name: &str, extra: &str) -> (Db, Server) {
@@ -2383,4 +2389,288 @@ async fn an_offline_device_catches_up(b: Backend) {
     // Nothing live is replayed.
     let late = phone.drain(Duration::from_millis(500)).await;
     assert!(late.is_empty(), "{late:?}");
+}
+
+/// Sends race kicks: a member kicked at seq k is pushed nothing after k (the batch sees the
+/// group as the kick left it, on PostgreSQL too).
+async fn kicked_members_get_no_pushes_sent_after_their_kick(b: Backend) {
+    let (_db, s) = setup(&b, "kick-race", FAST).await;
+    let owner = s.user("owner").await;
+    let mut names = Vec::new();
+    for i in 0..12 {
+        names.push(format!("k{i}"));
+    }
+    let mut users = Vec::new();
+    for n in &names {
+        users.push(s.user(n).await);
+    }
+    let cid = id_of(&create(&s, &owner, json!({"name": "race", "members": names})).await);
+    let mut sockets = Vec::new();
+    for u in &users {
+        sockets.push(s.connect(u, "phone").await);
+    }
+    let mut sender = s.connect(&owner, "flood").await;
+    let flood = tokio::spawn(async move {
+        let frames: Vec<Value> = (0..300)
+            .map(|i| gtext(&format!("f{i}"), cid, 2, &format!("flood {i}")))
+            .collect();
+        let answers = sender.send_all(&frames, 16).await;
+        assert!(
+            answers.values().all(|a| a["type"] == "ack"),
+            "every flood send is acked"
+        );
+    });
+    for n in &names {
+        ok(
+            &s,
+            &owner,
+            "POST",
+            &format!("/v1/groups/{cid}/kick"),
+            Some(json!({"userIds": [n]})),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    flood.await.unwrap();
+    // Where each kick landed.
+    let mut kicked_at = HashMap::new();
+    for m in s.pull_all(&owner, cid).await {
+        if m["contentType"] == 8 {
+            kicked_at.insert(
+                m["payload"]["kickedUserIds"][0]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                m["seq"].as_i64().unwrap(),
+            );
+        }
+    }
+    assert_eq!(kicked_at.len(), names.len());
+    for (n, ws) in names.iter().zip(sockets.iter_mut()) {
+        let k = kicked_at[n];
+        let late: Vec<i64> = ws
+            .drain(Duration::from_millis(300))
+            .await
+            .iter()
+            .filter(|f| f["type"] == "notify" && f["conversationId"] == cid)
+            .filter_map(|f| f["seq"].as_i64())
+            .filter(|&seq| seq > k)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "{n} was kicked at seq {k} and pushed {late:?}"
+        );
+        // And pulls end at the kick.
+        let u = users.iter().find(|u| &u.id == n).unwrap();
+        assert_eq!(s.pull_all(u, cid).await.last().unwrap()["seq"], k);
+    }
+}
+
+/// A subscriber who leaves a channel before anything was posted, comes back, reads, and
+/// leaves and comes back again keeps what they could read.
+async fn channel_history_survives_leaving_and_rejoining(b: Backend) {
+    let (_db, s) = setup(&b, "channel-rejoin", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "News", "conversationType": 3})).await);
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    ok(&s, &bob, "POST", &g("/join"), None).await;
+    ok(&s, &bob, "POST", &g("/quit"), None).await;
+    ok(&s, &bob, "POST", &g("/join"), None).await;
+    let mut seen = Vec::new();
+    for i in 0..3 {
+        seen.push(say(&s, &alice, cid, 3, &format!("post {i}")).await);
+    }
+    ok(&s, &bob, "POST", &g("/quit"), None).await;
+    say(&s, &alice, cid, 3, "while bob is away").await;
+    ok(&s, &bob, "POST", &g("/join"), None).await;
+    seen.push(say(&s, &alice, cid, 3, "after bob is back").await);
+    assert_eq!(seqs(&s.pull_all(&bob, cid).await), seen);
+}
+
+/// A resend in a group pushes the original to the sender's devices only: a member added
+/// since never receives what was sent before they joined.
+async fn a_resend_in_a_group_reaches_no_later_member(b: Backend) {
+    let (_db, s) = setup(&b, "group-resend", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "R", "members": ["bob"]})).await);
+    let frame = text(
+        "r1",
+        "before-dave",
+        json!({"conversationId": cid, "conversationType": 2}),
+        "secret before dave",
+    );
+    let mut bob_ws = s.connect(&bob, "phone").await;
+    let first = send_ok(&mut bob_ws, frame.clone()).await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &format!("/v1/groups/{cid}/members"),
+        Some(json!({"userIds": ["dave"]})),
+    )
+    .await;
+    let mut dave_ws = s.connect(&dave, "phone").await;
+    let mut bob_laptop = s.connect(&bob, "laptop").await;
+    let again = send_ok(
+        &mut bob_ws,
+        text(
+            "r2",
+            "before-dave",
+            json!({"conversationId": cid, "conversationType": 2}),
+            "secret before dave",
+        ),
+    )
+    .await;
+    assert_eq!(
+        (again["seq"].clone(), again["duplicate"].clone()),
+        (first["seq"].clone(), json!(true))
+    );
+    let to_dave: Vec<Value> = dave_ws
+        .drain(Duration::from_millis(400))
+        .await
+        .into_iter()
+        .filter(|f| f["type"] == "notify" && f["seq"] == first["seq"])
+        .collect();
+    assert!(to_dave.is_empty(), "{to_dave:?}");
+    let (n, _) = bob_laptop
+        .until(|f| f["type"] == "notify" && f["conversationId"] == cid)
+        .await;
+    assert_eq!(
+        n["seq"], first["seq"],
+        "the sender's other device gets it again"
+    );
+}
+
+/// Read positions and receipts are for current members, about what they could see.
+async fn former_members_see_no_read_positions_or_earlier_receipts(b: Backend) {
+    let (_db, s) = setup(&b, "former-members", "").await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let carol = s.user("carol").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "F", "members": ["bob", "carol"]}),
+        )
+        .await,
+    );
+    let early = say(&s, &alice, cid, 2, "early").await;
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    assert_eq!(
+        s.get(&carol, &format!("/v1/conversations/{cid}/read-positions"))
+            .await["positions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/kick"),
+        Some(json!({"userIds": ["carol"]})),
+    )
+    .await;
+    fails(
+        &s,
+        &carol,
+        "GET",
+        &format!("/v1/conversations/{cid}/read-positions"),
+        None,
+        403,
+        "not_a_member",
+    )
+    .await;
+    fails(
+        &s,
+        &carol,
+        "POST",
+        &g("/receipts"),
+        Some(json!({"seqs": [early]})),
+        403,
+        "not_a_member",
+    )
+    .await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/members"),
+        Some(json!({"userIds": ["dave"]})),
+    )
+    .await;
+    fails(
+        &s,
+        &dave,
+        "POST",
+        &g("/receipts"),
+        Some(json!({"seqs": [early]})),
+        404,
+        "message_not_found",
+    )
+    .await;
+    let later = say(&s, &alice, cid, 2, "later").await;
+    let r = ok(
+        &s,
+        &dave,
+        "POST",
+        &g("/receipts"),
+        Some(json!({"seqs": [later]})),
+    )
+    .await;
+    assert_eq!(r["receipts"][0]["seq"], later);
+    assert_eq!(
+        r["receipts"][0]["of"], 2,
+        "bob and dave, not alice (the sender) nor carol (gone)"
+    );
+}
+
+/// Typing and call signals follow a group's mutes like stored messages.
+async fn live_kinds_honour_mutes(b: Backend) {
+    let (_db, s) = setup(&b, "live-mutes", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "M", "members": ["bob"]})).await);
+    let typing = |id: &str| {
+        json!({"type": "send", "id": id, "clientMsgId": id, "conversationType": 2,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}})
+    };
+    let mut bob_ws = s.connect(&bob, "phone").await;
+    send_ok(&mut bob_ws, typing("t1")).await;
+    let until = now_ms() + 3_600_000;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &format!("/v1/groups/{cid}/mute"),
+        Some(json!({"userId": "bob", "until": until})),
+    )
+    .await;
+    assert_eq!(send_err(&mut bob_ws, typing("t2")).await["code"], "muted");
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &format!("/v1/groups/{cid}/mute"),
+        Some(json!({"userId": "bob", "until": 0})),
+    )
+    .await;
+    send_ok(&mut bob_ws, typing("t3")).await;
+    ok(
+        &s,
+        &alice,
+        "PATCH",
+        &format!("/v1/groups/{cid}"),
+        Some(json!({"muteAll": true})),
+    )
+    .await;
+    assert_eq!(send_err(&mut bob_ws, typing("t4")).await["code"], "muted");
+    let mut alice_ws = s.connect(&alice, "phone").await;
+    send_ok(&mut alice_ws, typing("t5")).await;
 }

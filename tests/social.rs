@@ -42,6 +42,7 @@ on_both!(
     blocks_refuse_messages_and_requests,
     user_stream_paging_and_reset,
     concurrent_changes_replay_to_the_snapshots,
+    a_block_refuses_accepting_a_request,
 );
 
 /// The test servers' `server.admin_token` (see `common::server`).
@@ -1588,5 +1589,27 @@ async fn concurrent_changes_replay_to_the_snapshots(b: Backend) {
             ("owner".to_string(), 0)
         ]
         .into()
+    );
+}
+
+/// A request made before a block cannot be accepted while it holds; after the unblock it can.
+async fn a_block_refuses_accepting_a_request(b: Backend) {
+    let (_db, s) = setup(&b, "accept-blocked", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let r = request(&s, &bob, "alice", Some("hi")).await;
+    let id = r["requestId"].as_str().unwrap().to_string();
+    ok(&s, &bob, "PUT", "/v1/blocks/alice", None).await;
+    let accept = format!("/v1/friends/requests/{id}/accept");
+    fails(&s, &alice, "POST", &accept, None, 403, "blocked").await;
+    assert_eq!(s.get(&alice, "/v1/friends").await["friends"], json!([]));
+    assert_eq!(
+        s.get(&alice, "/v1/friends/requests?direction=in").await["requests"][0]["state"],
+        "pending"
+    );
+    ok(&s, &bob, "DELETE", "/v1/blocks/alice", None).await;
+    assert_eq!(
+        ok(&s, &alice, "POST", &accept, None).await["state"],
+        "accepted"
     );
 }

@@ -356,6 +356,8 @@ impl Core {
             tx.commit().await?;
             let fx = Effects {
                 tips: vec![(tip, recipients)],
+                // Live sends cache the group's mute-all with its members.
+                members_changed: Some(id),
                 ..Effects::default()
             };
             Ok((info(&l.group), fx))

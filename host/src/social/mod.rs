@@ -60,7 +60,7 @@ pub(crate) struct Effects {
     /// Tips and who gets them.
     pub tips: Vec<(Arc<Stored>, Vec<String>)>,
     pub events: Vec<UserEvent>,
-    /// A conversation whose members changed.
+    /// A conversation whose members (or their roles and mutes) changed.
     pub members_changed: Option<i64>,
 }
 

@@ -1,38 +1,15 @@
 //! Groups and channels end to end, as a client sees them: the real binary on loopback,
 //! every test on SQLite and (when `PG_TEST_URL` is set) on PostgreSQL.
 
+#[macro_use]
 mod common;
 
 use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::server::{Backend, Db, FAST, Server, User, Ws, peer, text};
+use common::server::{Backend, FAST, Server, User, Ws, call, fails, ok, peer, setup, text};
 use serde_json::{Value, json};
-
-/// Each test once per backend: `sqlite::name` and `postgres::name`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(b) = super::Backend::postgres(stringify!($name)) {
-                        super::$name(b).await
-                    }
-                }
-            )*
-        }
-    };
-}
 
 on_both!(
     create_snapshots_and_tips,
@@ -51,38 +28,6 @@ on_both!(
     former_members_see_no_read_positions_or_earlier_receipts,
     live_kinds_honour_mutes,
 );
-
-async fn setup(backend: &Backend, name: &str, extra: &str) -> (Db, Server) {
-    let db = Db::new(backend, name).await;
-    let server = Server::start(&db, extra).await;
-    (db, server)
-}
-
-/// A request with the user's token; status and body.
-async fn call(s: &Server, u: &User, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    s.http(method, path, Some(&u.token), body).await
-}
-
-/// A request that must answer 200; its body.
-async fn ok(s: &Server, u: &User, method: &str, path: &str, body: Option<Value>) -> Value {
-    let (status, got) = call(s, u, method, path, body).await;
-    assert_eq!(status, 200, "{} {method} {path}: {got}", u.id);
-    got
-}
-
-/// A request that must fail with `status` and `code`.
-async fn fails(
-    s: &Server,
-    u: &User,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    status: u16,
-    code: &str,
-) -> Value {
-    s.expect_error(method, path, Some(&u.token), body, status, code)
-        .await
-}
 
 /// `POST /v1/groups`: the group info.
 async fn create(s: &Server, owner: &User, body: Value) -> Value {

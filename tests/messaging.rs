@@ -1,37 +1,14 @@
 //! The messaging core end to end: the real binary on loopback, real WebSocket clients,
 //! every test on SQLite and (when `PG_TEST_URL` is set) on PostgreSQL.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use common::server::{Backend, Db, FAST, JWT_SECRET, Server, User, Ws, conv, peer, text};
+use common::server::{Backend, FAST, JWT_SECRET, Server, User, Ws, conv, peer, setup, text};
 use serde_json::{Value, json};
-
-/// Each test once per backend: `sqlite::name` and `postgres::name`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(b) = super::Backend::postgres(stringify!($name)) {
-                        super::$name(b).await
-                    }
-                }
-            )*
-        }
-    };
-}
 
 on_both!(
     multi_device_delivery_and_echo,
@@ -49,12 +26,6 @@ on_both!(
     a_slow_reader_is_disconnected_and_pulls_afterwards,
     http_send_and_pull_paging,
 );
-
-async fn setup(backend: &Backend, name: &str, extra: &str) -> (Db, Server) {
-    let db = Db::new(backend, name).await;
-    let server = Server::start(&db, extra).await;
-    (db, server)
-}
 
 /// Sends and returns the ack (panics on an error frame).
 async fn send_ok(ws: &mut Ws, frame: Value) -> Value {

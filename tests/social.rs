@@ -1,6 +1,7 @@
 //! The user stream, friends and blocks end to end, as a client sees them: the real binary
 //! on loopback, every test on SQLite and (when `PG_TEST_URL` is set) on PostgreSQL.
 
+#[macro_use]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,32 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::server::{Backend, Db, FAST, Server, User, Ws, conv, peer, text};
+use common::server::{Backend, FAST, Server, User, Ws, call, conv, fails, ok, peer, setup, text};
 use serde_json::{Value, json};
-
-/// Each test once per backend: `sqlite::name` and `postgres::name`.
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    if let Some(b) = super::Backend::postgres(stringify!($name)) {
-                        super::$name(b).await
-                    }
-                }
-            )*
-        }
-    };
-}
 
 on_both!(
     friend_request_lifecycle,
@@ -47,38 +24,6 @@ on_both!(
 
 /// The test servers' `server.admin_token` (see `common::server`).
 const ADMIN: &str = "admin-token-0123456789";
-
-async fn setup(backend: &Backend, name: &str, extra: &str) -> (Db, Server) {
-    let db = Db::new(backend, name).await;
-    let server = Server::start(&db, extra).await;
-    (db, server)
-}
-
-/// A request with the user's token; status and body.
-async fn call(s: &Server, u: &User, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    s.http(method, path, Some(&u.token), body).await
-}
-
-/// A request that must answer 200; its body.
-async fn ok(s: &Server, u: &User, method: &str, path: &str, body: Option<Value>) -> Value {
-    let (status, got) = call(s, u, method, path, body).await;
-    assert_eq!(status, 200, "{} {method} {path}: {got}", u.id);
-    got
-}
-
-/// A request that must fail with `status` and `code`.
-async fn fails(
-    s: &Server,
-    u: &User,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    status: u16,
-    code: &str,
-) -> Value {
-    s.expect_error(method, path, Some(&u.token), body, status, code)
-        .await
-}
 
 /// `POST /v1/friends/requests`, expecting 200.
 async fn request(s: &Server, from: &User, to: &str, message: Option<&str>) -> Value {

@@ -107,4 +107,30 @@ pub fn scratch(label: &str) -> PathBuf {
 pub fn toml_path(p: &Path) -> String {
     format!("{:?}", p.display().to_string())
 }
+/// Each scenario once per backend: `sqlite::name`, and `postgres::name` when
+/// `PG_TEST_URL` is set (else it says it skipped). Use with `#[macro_use] mod common;`.
+#[allow(unused_macros)]
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(crate::common::server::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(b) = crate::common::server::Backend::postgres(stringify!($name)) {
+                        super::$name(b).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
 pub mod server;

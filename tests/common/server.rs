@@ -552,3 +552,42 @@ fn merge(into: &mut Value, from: Value) {
         a.extend(b);
     }
 }
+
+/// A database of the test's own and a server on it.
+pub async fn setup(backend: &Backend, name: &str, extra: &str) -> (Db, Server) {
+    let db = Db::new(backend, name).await;
+    let server = Server::start(&db, extra).await;
+    (db, server)
+}
+
+/// A request with the user's token; status and body.
+pub async fn call(
+    s: &Server,
+    u: &User,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    s.http(method, path, Some(&u.token), body).await
+}
+
+/// A request that must answer 200; its body.
+pub async fn ok(s: &Server, u: &User, method: &str, path: &str, body: Option<Value>) -> Value {
+    let (status, got) = call(s, u, method, path, body).await;
+    assert_eq!(status, 200, "{} {method} {path}: {got}", u.id);
+    got
+}
+
+/// A request that must fail with `status` and `code`; the error body.
+pub async fn fails(
+    s: &Server,
+    u: &User,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+    code: &str,
+) -> Value {
+    s.expect_error(method, path, Some(&u.token), body, status, code)
+        .await
+}

@@ -97,7 +97,7 @@ impl Core {
                 updated_at: now,
             },
         };
-        let data = self.request_event(&request, "requested", me)?;
+        let data = self.request_event(&request, "requested")?;
         // The plugin may normalize the message (trimmed); store what it returned.
         let request = FriendRequest {
             message: data["message"].as_str().unwrap_or("").to_string(),
@@ -115,12 +115,7 @@ impl Core {
     }
 
     /// The `friend-request` payload of a request in a new state, checked by its plugin.
-    fn request_event(
-        &self,
-        r: &FriendRequest,
-        action: &str,
-        operator: &str,
-    ) -> Result<Value, ApiError> {
+    fn request_event(&self, r: &FriendRequest, action: &str) -> Result<Value, ApiError> {
         let payload = json!({
             "action": action,
             "requestId": r.request_id,
@@ -132,7 +127,6 @@ impl Core {
             FRIEND_REQUEST,
             0,
             0,
-            operator,
             &payload,
         )?))
     }
@@ -156,7 +150,7 @@ impl Core {
         };
         q::save_request(tx, &request).await?;
         q::set_friends(tx, &request.from_user, &request.to_user, true, now).await?;
-        let data = self.request_event(&request, "accepted", operator)?;
+        let data = self.request_event(&request, "accepted")?;
         let (a, b) = (&request.from_user, &request.to_user);
         for (user, friend) in [(a, b), (b, a)] {
             w.append(user, "friend.request", Some(FRIEND_REQUEST), &data);
@@ -175,7 +169,6 @@ impl Core {
             FRIEND_REQUEST,
             1,
             conversation,
-            operator,
             &json!({
                 "action": "accepted",
                 "requestId": request.request_id,
@@ -264,7 +257,7 @@ impl Core {
                     ..r
                 };
                 q::save_request(&mut tx, &r).await?;
-                let data = self.request_event(&r, state.as_str(), me)?;
+                let data = self.request_event(&r, state.as_str())?;
                 w.append(&r.from_user, "friend.request", Some(FRIEND_REQUEST), &data);
                 w.append(&r.to_user, "friend.request", Some(FRIEND_REQUEST), &data);
                 state

@@ -137,7 +137,6 @@ impl Core {
             content_type,
             l.head.conversation_type,
             l.head.conversation_id,
-            operator,
             &payload,
         )?;
         Ok(append_system(
@@ -228,8 +227,7 @@ impl Core {
                 payload["avatar"] = spec.avatar.clone().into();
             }
             // Checked before anything is written: the plugin normalizes the settings.
-            let checked =
-                self.system_payload(GROUP_UPDATE, spec.conversation_type, 0, owner, &payload)?;
+            let checked = self.system_payload(GROUP_UPDATE, spec.conversation_type, 0, &payload)?;
             let v = value(&checked);
             let mut group = Group {
                 conversation_id: 0,
@@ -419,6 +417,30 @@ impl Core {
         l.group.member_count += users.len() as i64;
         q::save_group(tx, &mut l.group, now).await?;
         Ok(tip)
+    }
+
+    /// One user joins (by themselves, or approved by `operator`): the `joined` tip.
+    #[allow(clippy::too_many_arguments)]
+    async fn admit_one(
+        &self,
+        tx: &mut AnyConnection,
+        l: &mut Locked,
+        w: &mut StreamWriter,
+        fx: &mut Effects,
+        operator: &str,
+        user: &str,
+        now: i64,
+    ) -> Result<(), OpError> {
+        let users = [user.to_string()];
+        if let Some(tip) = self
+            .admit(tx, l, w, operator, &users, "joined", now)
+            .await?
+        {
+            let id = l.head.conversation_id;
+            fx.tips.push((tip, self.tip_recipients(tx, id, &[]).await?));
+        }
+        fx.members_changed = Some(l.head.conversation_id);
+        Ok(())
     }
 
     pub async fn add_members(
@@ -867,15 +889,8 @@ impl Core {
             let mut fx = Effects::default();
             let answer = match l.group.join_policy.as_str() {
                 "open" => {
-                    let users = [actor.to_string()];
-                    let tip = self
-                        .admit(&mut tx, &mut l, &mut w, actor, &users, "joined", now)
+                    self.admit_one(&mut tx, &mut l, &mut w, &mut fx, actor, actor, now)
                         .await?;
-                    if let Some(tip) = tip {
-                        fx.tips
-                            .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
-                    }
-                    fx.members_changed = Some(id);
                     json!({ "state": "joined" })
                 }
                 "approval" => {
@@ -996,15 +1011,8 @@ impl Core {
                 .remove(user)
                 .is_some_and(|m| m.is_current());
             if approve && !already {
-                let users = [user.to_string()];
-                let tip = self
-                    .admit(&mut tx, &mut l, &mut w, actor, &users, "joined", now)
+                self.admit_one(&mut tx, &mut l, &mut w, &mut fx, actor, user, now)
                     .await?;
-                if let Some(tip) = tip {
-                    fx.tips
-                        .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
-                }
-                fx.members_changed = Some(id);
             }
             self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
                 .await?;

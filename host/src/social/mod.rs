@@ -120,12 +120,11 @@ impl Core {
         content_type: u32,
         conversation_type: u8,
         conversation_id: i64,
-        operator: &str,
         payload: &Value,
     ) -> Result<String, ApiError> {
         let id = conversation_id.to_string();
         let ctx = SendContext {
-            sender_id: operator,
+            sender_id: "system",
             sender: SenderKind::System,
             conversation_type,
             conversation_id: &id,

@@ -182,28 +182,13 @@ pub async fn create_group(conn: &mut AnyConnection, g: &Group) -> sqlx::Result<H
     .fetch_one(&mut *conn)
     .await?
     .try_get(0)?;
-    let g = Group {
-        conversation_id: id,
-        ..g.clone()
-    };
-    sqlx::query(
-        "INSERT INTO group_info (conversation_id, owner_id, name, notice, avatar, join_policy, \
-         mute_all, state, member_count, version, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    write_group(
+        conn,
+        &Group {
+            conversation_id: id,
+            ..g.clone()
+        },
     )
-    .bind(id)
-    .bind(g.owner_id.as_str())
-    .bind(g.name.as_str())
-    .bind(g.notice.as_str())
-    .bind(g.avatar.as_str())
-    .bind(g.join_policy.as_str())
-    .bind(i64::from(g.mute_all))
-    .bind(i64::from(g.dissolved))
-    .bind(g.member_count)
-    .bind(g.version)
-    .bind(g.created_at)
-    .bind(g.updated_at)
-    .execute(&mut *conn)
     .await?;
     Ok(Head {
         conversation_id: id,
@@ -233,11 +218,22 @@ pub async fn group_in(
 pub async fn save_group(conn: &mut AnyConnection, g: &mut Group, now: i64) -> sqlx::Result<()> {
     g.version += 1;
     g.updated_at = now;
+    write_group(conn, g).await
+}
+
+/// Writes a group row as it is (new or not).
+async fn write_group(conn: &mut AnyConnection, g: &Group) -> sqlx::Result<()> {
     sqlx::query(
-        "UPDATE group_info SET owner_id = $1, name = $2, notice = $3, avatar = $4, join_policy = $5, \
-         mute_all = $6, state = $7, member_count = $8, version = $9, updated_at = $10 \
-         WHERE conversation_id = $11",
+        "INSERT INTO group_info (conversation_id, owner_id, name, notice, avatar, join_policy, \
+         mute_all, state, member_count, version, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+         ON CONFLICT (conversation_id) DO UPDATE SET owner_id = excluded.owner_id, \
+         name = excluded.name, notice = excluded.notice, avatar = excluded.avatar, \
+         join_policy = excluded.join_policy, mute_all = excluded.mute_all, state = excluded.state, \
+         member_count = excluded.member_count, version = excluded.version, \
+         updated_at = excluded.updated_at",
     )
+    .bind(g.conversation_id)
     .bind(g.owner_id.as_str())
     .bind(g.name.as_str())
     .bind(g.notice.as_str())
@@ -247,8 +243,8 @@ pub async fn save_group(conn: &mut AnyConnection, g: &mut Group, now: i64) -> sq
     .bind(i64::from(g.dissolved))
     .bind(g.member_count)
     .bind(g.version)
+    .bind(g.created_at)
     .bind(g.updated_at)
-    .bind(g.conversation_id)
     .execute(conn)
     .await?;
     Ok(())

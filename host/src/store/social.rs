@@ -226,15 +226,22 @@ pub async fn set_block(
 impl Store {
     /// `(friend, since)`, sorted.
     pub async fn friends(&self, user_id: &str) -> sqlx::Result<Vec<(String, i64)>> {
-        sqlx::query(
+        self.users_since(
             "SELECT friend_id, since FROM friendships WHERE user_id = $1 AND active = 1 ORDER BY friend_id",
+            user_id,
         )
-        .bind(user_id)
-        .fetch_all(self.read())
-        .await?
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
+        .await
+    }
+
+    /// `(user, since)` rows of a query about one user.
+    async fn users_since(&self, sql: &str, user_id: &str) -> sqlx::Result<Vec<(String, i64)>> {
+        sqlx::query(sql)
+            .bind(user_id)
+            .fetch_all(self.read())
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
     }
 
     /// Pending requests to (`incoming`) or from the user, newest first.
@@ -258,15 +265,11 @@ impl Store {
 
     /// `(blocked, since)`, sorted.
     pub async fn blocks(&self, user_id: &str) -> sqlx::Result<Vec<(String, i64)>> {
-        sqlx::query(
+        self.users_since(
             "SELECT blocked, since FROM blocks WHERE blocker = $1 AND active = 1 ORDER BY blocked",
+            user_id,
         )
-        .bind(user_id)
-        .fetch_all(self.read())
-        .await?
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect()
+        .await
     }
 
     /// Whether `blocker` blocks `blocked` now.

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::server::{Backend, FAST, Server, User, Ws, call, fails, ok, peer, setup, text};
+use common::server::{
+    Backend, FAST, Server, User, call, fails, ok, peer, send_err, send_ok, setup, text,
+};
 use serde_json::{Value, json};
 
 on_both!(
@@ -85,24 +87,6 @@ fn gtext(id: &str, cid: i64, ctype: i64, body: &str) -> Value {
         json!({"conversationId": cid, "conversationType": ctype}),
         body,
     )
-}
-
-/// Sends and returns the ack (panics on an error frame).
-async fn send_ok(ws: &mut Ws, frame: Value) -> Value {
-    let id = frame["id"].clone();
-    ws.send(frame).await;
-    let (ack, _) = ws.until(|f| f["id"] == id).await;
-    assert_eq!(ack["type"], "ack", "{ack}");
-    ack
-}
-
-/// Sends and returns the error frame.
-async fn send_err(ws: &mut Ws, frame: Value) -> Value {
-    let id = frame["id"].clone();
-    ws.send(frame).await;
-    let (err, _) = ws.until(|f| f["id"] == id).await;
-    assert_eq!(err["type"], "error", "{err}");
-    err
 }
 
 /// The user stream's `lastSeq`.

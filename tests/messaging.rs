@@ -7,7 +7,9 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use common::server::{Backend, FAST, JWT_SECRET, Server, User, Ws, conv, peer, setup, text};
+use common::server::{
+    Backend, FAST, JWT_SECRET, Server, User, Ws, conv, peer, send_err, send_ok, setup, text,
+};
 use serde_json::{Value, json};
 
 on_both!(
@@ -26,24 +28,6 @@ on_both!(
     a_slow_reader_is_disconnected_and_pulls_afterwards,
     http_send_and_pull_paging,
 );
-
-/// Sends and returns the ack (panics on an error frame).
-async fn send_ok(ws: &mut Ws, frame: Value) -> Value {
-    let id = frame["id"].clone();
-    ws.send(frame).await;
-    let (ack, _) = ws.until(|f| f["id"] == id).await;
-    assert_eq!(ack["type"], "ack", "{ack}");
-    ack
-}
-
-/// Sends and returns the error frame's code.
-async fn send_err(ws: &mut Ws, frame: Value) -> Value {
-    let id = frame["id"].clone();
-    ws.send(frame).await;
-    let (err, _) = ws.until(|f| f["id"] == id).await;
-    assert_eq!(err["type"], "error", "{err}");
-    err
-}
 
 async fn multi_device_delivery_and_echo(b: Backend) {
     let (_db, s) = setup(&b, "multi-device", "").await;

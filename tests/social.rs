@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::server::{Backend, FAST, Server, User, Ws, call, conv, fails, ok, peer, setup, text};
+use common::server::{
+    Backend, FAST, Server, User, Ws, call, conv, fails, ok, peer, send_err, send_ok, setup, text,
+};
 use serde_json::{Value, json};
 
 on_both!(
@@ -998,24 +1000,6 @@ async fn user_stream_paging_and_reset(b: Backend) {
         "unauthorized",
     )
     .await;
-}
-
-/// Sends and returns the ack (panics on an error frame).
-async fn send_ok(ws: &mut Ws, frame: Value) -> Value {
-    let id = frame["id"].clone();
-    ws.send(frame).await;
-    let (ack, _) = ws.until(|f| f["id"] == id).await;
-    assert_eq!(ack["type"], "ack", "{ack}");
-    ack
-}
-
-/// Sends and returns the error frame.
-async fn send_err(ws: &mut Ws, frame: Value) -> Value {
-    let id = frame["id"].clone();
-    ws.send(frame).await;
-    let (err, _) = ws.until(|f| f["id"] == id).await;
-    assert_eq!(err["type"], "error", "{err}");
-    err
 }
 
 fn now_ms() -> i64 {

@@ -591,3 +591,21 @@ pub async fn fails(
     s.expect_error(method, path, Some(&u.token), body, status, code)
         .await
 }
+
+/// Sends and returns the ack (panics on an error frame).
+pub async fn send_ok(ws: &mut Ws, frame: Value) -> Value {
+    let id = frame["id"].clone();
+    ws.send(frame).await;
+    let (ack, _) = ws.until(|f| f["id"] == id).await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    ack
+}
+
+/// Sends and returns the error frame (panics on an ack).
+pub async fn send_err(ws: &mut Ws, frame: Value) -> Value {
+    let id = frame["id"].clone();
+    ws.send(frame).await;
+    let (err, _) = ws.until(|f| f["id"] == id).await;
+    assert_eq!(err["type"], "error", "{err}");
+    err
+}

@@ -151,6 +151,25 @@ impl Core {
         .await?)
     }
 
+    /// A tip in a group; nothing in a channel, whose subscribers are not announced.
+    async fn group_tip(
+        &self,
+        tx: &mut AnyConnection,
+        l: &mut Locked,
+        content_type: u32,
+        operator: &str,
+        payload: Value,
+        now: i64,
+    ) -> Result<Option<std::sync::Arc<crate::store::batch::Stored>>, OpError> {
+        if l.head.conversation_type != 2 {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.tip(tx, l, content_type, operator, payload, now)
+                .await?,
+        ))
+    }
+
     /// Current members, to push a tip to (plus whoever just left, to see their own
     /// departure).
     async fn tip_recipients(
@@ -387,15 +406,10 @@ impl Core {
             .into());
         }
         // Channels announce no subscriptions.
-        let tip = if l.head.conversation_type == 2 {
-            let payload = json!({ "operatorId": operator, "event": event, "userIds": users });
-            Some(
-                self.tip(tx, l, GROUP_UPDATE, operator, payload, now)
-                    .await?,
-            )
-        } else {
-            None
-        };
+        let payload = json!({ "operatorId": operator, "event": event, "userIds": users });
+        let tip = self
+            .group_tip(tx, l, GROUP_UPDATE, operator, payload, now)
+            .await?;
         // The new members see the tip of their own arrival.
         let after = l.head.last_seq - i64::from(tip.is_some());
         let refs: Vec<&str> = users.iter().map(String::as_str).collect();
@@ -569,18 +583,13 @@ impl Core {
                     kicked.push(u.clone());
                 }
             }
-            let tip = if l.head.conversation_type == 2 {
-                let mut payload = json!({ "operatorId": actor, "kickedUserIds": kicked });
-                if !reason.is_empty() {
-                    payload["reason"] = reason.clone().into();
-                }
-                Some(
-                    self.tip(&mut tx, &mut l, GROUP_KICK, actor, payload, now)
-                        .await?,
-                )
-            } else {
-                None
-            };
+            let mut payload = json!({ "operatorId": actor, "kickedUserIds": kicked });
+            if !reason.is_empty() {
+                payload["reason"] = reason.clone().into();
+            }
+            let tip = self
+                .group_tip(&mut tx, &mut l, GROUP_KICK, actor, payload, now)
+                .await?;
             let mut w = StreamWriter::new(now);
             w.lock(d, &mut tx, &refs).await?;
             for u in &kicked {
@@ -618,15 +627,10 @@ impl Core {
                 )
                 .into());
             }
-            let tip = if l.head.conversation_type == 2 {
-                let payload = json!({ "operatorId": actor, "event": "left", "userIds": [actor] });
-                Some(
-                    self.tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
-                        .await?,
-                )
-            } else {
-                None
-            };
+            let payload = json!({ "operatorId": actor, "event": "left", "userIds": [actor] });
+            let tip = self
+                .group_tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
+                .await?;
             let mut w = StreamWriter::new(now);
             w.lock(self.store.dialect(), &mut tx, &[actor]).await?;
             q::close_membership(&mut tx, id, actor, l.head.last_seq, MemberState::Left).await?;
@@ -826,10 +830,9 @@ impl Core {
                 json!({ "operatorId": actor, "event": "memberUnmuted", "userIds": [user] })
             };
             // A channel's subscribers are not announced.
-            let tip = match l.head.conversation_type {
-                2 => Some(self.tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now).await?),
-                _ => None,
-            };
+            let tip = self
+                .group_tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
+                .await?;
             q::set_muted(&mut tx, id, user, until).await?;
             q::save_group(&mut tx, &mut l.group, now).await?;
             let mut w = StreamWriter::new(now);

@@ -130,7 +130,10 @@ impl Plugin for GroupUpdateKind {
             ));
         }
         if p.muted_until.is_some_and(|t| t <= 0) {
-            return Err(Rejection::new("bad_mute", "mutedUntil must be a time in ms"));
+            return Err(Rejection::new(
+                "bad_mute",
+                "mutedUntil must be a time in ms",
+            ));
         }
         let name = p
             .name
@@ -250,7 +253,11 @@ impl Plugin for GroupUpdateKind {
                 2,
                 r#"{"operatorId":"owner","event":"memberMuted","userIds":["bob"]}"#,
             ),
-            Example::reject("bad-event", 2, r#"{"operatorId":"owner","event":"exploded"}"#),
+            Example::reject(
+                "bad-event",
+                2,
+                r#"{"operatorId":"owner","event":"exploded"}"#,
+            ),
             Example::reject("nothing", 2, r#"{"operatorId":"owner"}"#),
             Example::reject("empty-name", 2, r#"{"operatorId":"owner","name":""}"#),
             Example::reject(

@@ -29,6 +29,8 @@ on_both!(
     a_resend_in_a_group_reaches_no_later_member,
     former_members_see_no_read_positions_or_earlier_receipts,
     live_kinds_honour_mutes,
+    a_former_members_list_stops_at_their_departure,
+    joining_an_opened_group_answers_the_pending_request,
 );
 
 /// `POST /v1/groups`: the group info.
@@ -2602,4 +2604,94 @@ async fn live_kinds_honour_mutes(b: Backend) {
     assert_eq!(send_err(&mut bob_ws, typing("t4")).await["code"], "muted");
     let mut alice_ws = s.connect(&alice, "phone").await;
     send_ok(&mut alice_ws, typing("t5")).await;
+}
+
+/// A kicked member's overview entry stops at the tip of their kick: later activity neither
+/// shows nor moves it.
+async fn a_former_members_list_stops_at_their_departure(b: Backend) {
+    let (_db, s) = setup(&b, "former-overview", "").await;
+    let alice = s.user("alice").await;
+    let carol = s.user("carol").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "O", "members": ["carol"]})).await);
+    let other = id_of(&create(&s, &alice, json!({"name": "P", "members": ["carol"]})).await);
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &format!("/v1/groups/{cid}/kick"),
+        Some(json!({"userIds": ["carol"]})),
+    )
+    .await;
+    let before = overview(&s, &carol, cid).await;
+    assert_eq!(before["member"], false);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    say(&s, &alice, other, 2, "in the group carol is still in").await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    say(&s, &alice, cid, 2, "after carol left").await;
+    let after = overview(&s, &carol, cid).await;
+    assert_eq!(
+        (
+            after["lastTime"].clone(),
+            after["lastSeq"].clone(),
+            after["lastMessage"]["seq"].clone()
+        ),
+        (
+            before["lastTime"].clone(),
+            before["lastSeq"].clone(),
+            before["lastMessage"]["seq"].clone()
+        )
+    );
+    let list = s.get(&carol, "/v1/conversations").await;
+    let order: Vec<i64> = list["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["conversationId"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        vec![other, cid],
+        "the group she left did not move to the front"
+    );
+}
+
+/// A request made while a group needed approval is answered when its requester joins the
+/// group after it was opened.
+async fn joining_an_opened_group_answers_the_pending_request(b: Backend) {
+    let (_db, s) = setup(&b, "opened-join", "").await;
+    let alice = s.user("alice").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "A", "joinPolicy": "approval"})).await);
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    let asked = ok(
+        &s,
+        &dave,
+        "POST",
+        &g("/join"),
+        Some(json!({"message": "hi"})),
+    )
+    .await;
+    assert_eq!(asked["state"], "pending");
+    ok(
+        &s,
+        &alice,
+        "PATCH",
+        &g(""),
+        Some(json!({"joinPolicy": "open"})),
+    )
+    .await;
+    let d0 = position(&s, &dave).await;
+    assert_eq!(
+        ok(&s, &dave, "POST", &g("/join"), None).await,
+        json!({"state": "joined"})
+    );
+    assert_eq!(
+        s.get(&alice, &g("/join-requests")).await["requests"],
+        json!([])
+    );
+    let ev = events_after(&s, &dave, d0).await;
+    let answered: Vec<&Value> = named(&ev, "group.joinRequest");
+    assert_eq!(answered.len(), 1, "{ev:?}");
+    assert_eq!(answered[0]["data"]["state"], "approved");
+    assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
 }

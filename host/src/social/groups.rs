@@ -892,8 +892,24 @@ impl Core {
             let mut fx = Effects::default();
             let answer = match l.group.join_policy.as_str() {
                 "open" => {
+                    // A request from when the group needed approval is answered by the join.
+                    let pending = q::join_request(&mut tx, id, actor)
+                        .await?
+                        .filter(|r| r.state == 0);
+                    if pending.is_some() {
+                        let mut affected = self.admins(&mut tx, id).await?;
+                        affected.push(actor.to_string());
+                        let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+                        w.lock(d, &mut tx, &refs).await?;
+                    }
                     self.admit_one(&mut tx, &mut l, &mut w, &mut fx, actor, actor, now)
                         .await?;
+                    if let Some(r) = pending {
+                        let r = q::JoinRequest { state: 1, ..r };
+                        q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
+                        self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
+                            .await?;
+                    }
                     json!({ "state": "joined" })
                 }
                 "approval" => {

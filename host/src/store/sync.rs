@@ -95,6 +95,10 @@ pub enum Direction {
     Before(i64),
 }
 
+/// A conversation's last activity as a member sees it: a former member's stops at the last
+/// message visible to them (`lm`, the one at `left_at_seq`).
+const LAST_TIME: &str = "(CASE WHEN m.left_at_seq IS NULL THEN c.last_time ELSE COALESCE(lm.server_time, c.created_at) END)";
+
 const MESSAGE_COLUMNS: &str =
     "seq, msg_id, sender_id, content_type, payload, server_time, recalled_by";
 
@@ -270,7 +274,8 @@ impl Store {
             .collect()
     }
 
-    /// The user's conversations, most recently active first, after `cursor`
+    /// The user's conversations, most recently active first (a former member's activity
+    /// ends with the last message they could see), after `cursor`
     /// (`(last_time, conversation_id)` of the previous page's last row).
     pub async fn overview(
         &self,
@@ -286,7 +291,7 @@ impl Store {
             "1 = 1"
         };
         let sql = format!(
-            "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.last_time, \
+            "SELECT c.conversation_id, c.conversation_type, c.last_seq, {LAST_TIME}, \
              COALESCE(rp.read_seq, 0), COALESCE(rp.read_acc, 0), pp.user_lo, pp.user_hi, \
              m.joined_after_seq, m.left_at_seq, lm.unread_acc, \
              lm.seq, lm.msg_id, lm.sender_id, lm.content_type, lm.payload, lm.server_time, lm.recalled_by \
@@ -296,9 +301,9 @@ impl Store {
              LEFT JOIN private_pairs pp ON pp.conversation_id = c.conversation_id \
              LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
                  AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) \
-             WHERE m.user_id = $1 AND (c.last_time < $2 OR (c.last_time = $2 AND c.conversation_id < $3)) \
+             WHERE m.user_id = $1 AND ({LAST_TIME} < $2 OR ({LAST_TIME} = $2 AND c.conversation_id < $3)) \
                AND {filter} \
-             ORDER BY c.last_time DESC, c.conversation_id DESC LIMIT $4"
+             ORDER BY {LAST_TIME} DESC, c.conversation_id DESC LIMIT $4"
         );
         let mut q = sqlx::query(&sql).bind(user_id).bind(t).bind(id).bind(limit);
         if let Some(only) = only {

@@ -31,6 +31,8 @@ on_both!(
     live_kinds_honour_mutes,
     a_former_members_list_stops_at_their_departure,
     joining_an_opened_group_answers_the_pending_request,
+    a_new_subscriber_sees_no_earlier_post_in_the_overview,
+    dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips,
 );
 
 /// `POST /v1/groups`: the group info.
@@ -2694,4 +2696,73 @@ async fn joining_an_opened_group_answers_the_pending_request(b: Backend) {
     assert_eq!(answered.len(), 1, "{ev:?}");
     assert_eq!(answered[0]["data"]["state"], "approved");
     assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
+}
+
+/// A channel's earlier posts reach a new subscriber neither by pull nor by the overview.
+async fn a_new_subscriber_sees_no_earlier_post_in_the_overview(b: Backend) {
+    let (_db, s) = setup(&b, "channel-overview", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "C", "conversationType": 3})).await);
+    say(&s, &alice, cid, 3, "secret before bob").await;
+    ok(&s, &bob, "POST", &format!("/v1/groups/{cid}/join"), None).await;
+    let o = overview(&s, &bob, cid).await;
+    assert_eq!(
+        (o["lastMessage"].clone(), o["unread"].clone()),
+        (Value::Null, json!(0)),
+        "{o}"
+    );
+    let seq = say(&s, &alice, cid, 3, "for bob too").await;
+    let o = overview(&s, &bob, cid).await;
+    assert_eq!(
+        (o["lastMessage"]["seq"].as_i64(), o["unread"].as_i64()),
+        (Some(seq), Some(1)),
+        "{o}"
+    );
+}
+
+/// Dissolving answers pending join requests; patches and unmutes that change nothing make
+/// no tip.
+async fn dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips(b: Backend) {
+    let (_db, s) = setup(&b, "dissolve-requests", "").await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "D", "members": ["bob"], "joinPolicy": "approval"}),
+        )
+        .await,
+    );
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    let last = || async { s.pull_all(&alice, cid).await.last().unwrap()["seq"].clone() };
+    let before = last().await;
+    ok(
+        &s,
+        &alice,
+        "PATCH",
+        &g(""),
+        Some(json!({"name": "D", "joinPolicy": "approval"})),
+    )
+    .await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/mute"),
+        Some(json!({"userId": "bob", "until": 0})),
+    )
+    .await;
+    assert_eq!(last().await, before, "nothing changed, nothing announced");
+    let asked = ok(&s, &dave, "POST", &g("/join"), None).await;
+    let d0 = position(&s, &dave).await;
+    ok(&s, &alice, "POST", &g("/dissolve"), None).await;
+    let ev = events_after(&s, &dave, d0).await;
+    let answered = named(&ev, "group.joinRequest");
+    assert_eq!(answered.len(), 1, "{ev:?}");
+    assert_eq!(answered[0]["data"]["state"], "rejected");
+    assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
+    fails(&s, &dave, "GET", &g(""), None, 403, "not_a_member").await;
 }

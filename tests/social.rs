@@ -22,6 +22,7 @@ on_both!(
     user_stream_paging_and_reset,
     concurrent_changes_replay_to_the_snapshots,
     a_block_refuses_accepting_a_request,
+    a_reset_names_a_known_user,
 );
 
 /// The test servers' `server.admin_token` (see `common::server`).
@@ -1541,4 +1542,37 @@ async fn a_block_refuses_accepting_a_request(b: Backend) {
         ok(&s, &alice, "POST", &accept, None).await["state"],
         "accepted"
     );
+}
+
+/// The admin reset refuses an unknown or invalid user id, and starts the new epoch at seq 1.
+async fn a_reset_names_a_known_user(b: Backend) {
+    let (_db, s) = setup(&b, "reset-users", "").await;
+    let bob = s.user("bob").await;
+    let carol = s.user("carol").await;
+    request(&s, &bob, "carol", None).await;
+    s.expect_error(
+        "POST",
+        "/admin/users/nobody/stream/reset",
+        Some(ADMIN),
+        None,
+        404,
+        "user_not_found",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/admin/users/bad%20id/stream/reset",
+        Some(ADMIN),
+        None,
+        400,
+        "bad_request",
+    )
+    .await;
+    let (st, got) = s
+        .http("POST", "/admin/users/carol/stream/reset", Some(ADMIN), None)
+        .await;
+    assert_eq!((st, got["epoch"].clone()), (200, json!(2)), "{got}");
+    request(&s, &bob, "carol", Some("again")).await;
+    let page = s.get(&carol, "/v1/user-stream?epoch=2&afterSeq=0").await;
+    assert_eq!(page["events"][0]["seq"], 1, "{page}");
 }

@@ -321,6 +321,18 @@ async fn reset_stream(
     let user = path
         .map(|Path(u)| u)
         .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))?;
+    if !crate::auth::valid_user_id(&user) {
+        return Err(ApiError::bad_request("not a valid user id"));
+    }
+    if s.core
+        .store
+        .password_hash(&user)
+        .await
+        .map_err(ApiError::store)?
+        .is_none()
+    {
+        return Err(crate::store::batch::Refused::UserNotFound(user).into());
+    }
     let epoch = s
         .core
         .store

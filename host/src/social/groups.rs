@@ -332,21 +332,32 @@ impl Core {
             if l.me.role < Role::Admin {
                 return Err(denied("only the owner and admins change the settings"));
             }
+            // Only what changes goes into the tip; a patch that changes nothing makes none.
+            let g = &l.group;
             let mut payload = json!({ "operatorId": actor });
-            for (k, v) in [
-                ("name", &p.name),
-                ("notice", &p.notice),
-                ("avatar", &p.avatar),
+            for (k, v, now_is) in [
+                ("name", &p.name, &g.name),
+                ("notice", &p.notice, &g.notice),
+                ("avatar", &p.avatar, &g.avatar),
             ] {
-                if let Some(v) = v {
+                if let Some(v) = v
+                    && v.trim() != now_is
+                {
                     payload[k] = v.clone().into();
                 }
             }
-            if let Some(m) = p.mute_all {
+            if let Some(m) = p.mute_all
+                && m != g.mute_all
+            {
                 payload["muteAll"] = m.into();
             }
-            if let Some(j) = policy {
+            if let Some(j) = policy
+                && j != &g.join_policy
+            {
                 payload["joinPolicy"] = j.clone().into();
+            }
+            if payload.as_object().is_some_and(|o| o.len() == 1) {
+                return Ok((info(&l.group), Effects::default()));
             }
             let tip = self
                 .tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
@@ -679,9 +690,26 @@ impl Core {
             let tip = self
                 .tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
                 .await?;
-            let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+            // Pending join requests are answered: rejected, with the group.
+            let pending = q::pending_join_requests_in(&mut tx, id).await?;
+            let mut refs: Vec<&str> = members.iter().map(String::as_str).collect();
+            refs.extend(pending.iter().map(|r| r.user_id.as_str()));
             let mut w = StreamWriter::new(now);
             w.lock(self.store.dialect(), &mut tx, &refs).await?;
+            for r in pending {
+                let r = q::JoinRequest { state: 2, ..r };
+                q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
+                w.append(
+                    &r.user_id,
+                    "group.joinRequest",
+                    None,
+                    &json!({
+                        "conversationId": id, "conversationType": l.head.conversation_type,
+                        "requestId": r.request_id, "userId": r.user_id, "message": r.message,
+                        "state": r.state_str(), "by": actor,
+                    }),
+                );
+            }
             for u in &members {
                 q::close_membership(&mut tx, id, u, l.head.last_seq, MemberState::Dissolved)
                     .await?;
@@ -803,9 +831,9 @@ impl Core {
         if user == actor {
             return Err(ApiError::bad_request("that is you"));
         }
-        if until < 0 {
+        if until < 0 || (until != 0 && until <= now_ms()) {
             return Err(ApiError::bad_request(
-                "until is a time in ms, or 0 to unmute",
+                "until is a time in ms in the future, or 0 to unmute",
             ));
         }
         self.change(|| async move {
@@ -823,6 +851,10 @@ impl Core {
                 .ok_or_else(|| ApiError::missing("target_not_member", format!("{user} is not a member")))?;
             if target.role >= l.me.role {
                 return Err(denied("admins mute ordinary members only; nobody mutes the owner"));
+            }
+            // Unmuting someone not muted (or muting to the same time) changes nothing.
+            if until == target.muted_until || (until == 0 && target.muted_until <= now) {
+                return Ok((json!({ "userId": user, "mutedUntil": until }), Effects::default()));
             }
             let payload = if until > 0 {
                 json!({ "operatorId": actor, "event": "memberMuted", "userIds": [user], "mutedUntil": until })
@@ -857,8 +889,11 @@ impl Core {
 
     /// Joins an open group, or asks to join one that needs approval.
     pub async fn join(&self, actor: &str, id: i64, message: &str) -> Result<Value, ApiError> {
-        if message.chars().count() > 200 {
-            return Err(ApiError::bad_request("message is at most 200 characters"));
+        let message = message.trim();
+        if message.chars().count() > 200 || message.chars().any(char::is_control) {
+            return Err(ApiError::bad_request(
+                "message is at most 200 characters, without control characters",
+            ));
         }
         self.change(|| async move {
             let now = now_ms();

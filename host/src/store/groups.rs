@@ -552,6 +552,23 @@ pub async fn save_join_request(
 /// Per seq asked for: `(seq, read, of)`, or `None` for a seq not in the conversation.
 pub type Receipt = Option<(i64, i64, i64)>;
 
+/// A group's pending join requests (inside a change).
+pub async fn pending_join_requests_in(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+) -> sqlx::Result<Vec<JoinRequest>> {
+    sqlx::query(
+        "SELECT request_id, user_id, message, state, created_at FROM group_join_requests \
+         WHERE conversation_id = $1 AND state = 0 ORDER BY updated_at, user_id",
+    )
+    .bind(conversation_id)
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(join_request_from)
+    .collect()
+}
+
 impl Store {
     pub async fn group(&self, conversation_id: i64) -> sqlx::Result<Option<Group>> {
         let mut conn = self.read().acquire().await?;
@@ -613,16 +630,8 @@ impl Store {
         &self,
         conversation_id: i64,
     ) -> sqlx::Result<Vec<JoinRequest>> {
-        sqlx::query(
-            "SELECT request_id, user_id, message, state, created_at FROM group_join_requests \
-             WHERE conversation_id = $1 AND state = 0 ORDER BY updated_at, user_id LIMIT 1000",
-        )
-        .bind(conversation_id)
-        .fetch_all(self.read())
-        .await?
-        .iter()
-        .map(join_request_from)
-        .collect()
+        let mut conn = self.read().acquire().await?;
+        pending_join_requests_in(&mut conn, conversation_id).await
     }
 
     /// For each seq: of the current members who were members when it was sent (other

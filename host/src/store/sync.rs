@@ -95,9 +95,10 @@ pub enum Direction {
     Before(i64),
 }
 
-/// A conversation's last activity as a member sees it: a former member's stops at the last
-/// message visible to them (`lm`, the one at `left_at_seq`).
-const LAST_TIME: &str = "(CASE WHEN m.left_at_seq IS NULL THEN c.last_time ELSE COALESCE(lm.server_time, c.created_at) END)";
+/// A conversation's last activity as a member sees it: the last message visible to them in
+/// their current (or last) interval (`lm`), or when they joined if there is none yet.
+const LAST_TIME: &str = "(CASE WHEN m.left_at_seq IS NULL AND c.last_seq > m.joined_after_seq \
+     THEN c.last_time ELSE COALESCE(lm.server_time, m.joined_at) END)";
 
 const MESSAGE_COLUMNS: &str =
     "seq, msg_id, sender_id, content_type, payload, server_time, recalled_by";
@@ -300,7 +301,7 @@ impl Store {
              LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
              LEFT JOIN private_pairs pp ON pp.conversation_id = c.conversation_id \
              LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
-                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) \
+                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq \
              WHERE m.user_id = $1 AND ({LAST_TIME} < $2 OR ({LAST_TIME} = $2 AND c.conversation_id < $3)) \
                AND {filter} \
              ORDER BY {LAST_TIME} DESC, c.conversation_id DESC LIMIT $4"
@@ -364,7 +365,8 @@ impl Store {
         sqlx::query(
             "SELECT m.user_id, COALESCE(rp.read_seq, 0) FROM members m \
              LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
-             WHERE m.conversation_id = $1 AND m.user_id <> $2 ORDER BY m.user_id LIMIT 500",
+             WHERE m.conversation_id = $1 AND m.user_id <> $2 AND m.left_at_seq IS NULL \
+             ORDER BY m.user_id LIMIT 500",
         )
         .bind(conversation_id)
         .bind(except)

@@ -23,6 +23,7 @@ on_both!(
     concurrent_changes_replay_to_the_snapshots,
     a_block_refuses_accepting_a_request,
     a_reset_names_a_known_user,
+    a_block_made_before_the_first_message_holds,
 );
 
 /// The test servers' `server.admin_token` (see `common::server`).
@@ -1575,4 +1576,34 @@ async fn a_reset_names_a_known_user(b: Backend) {
     request(&s, &bob, "carol", Some("again")).await;
     let page = s.get(&carol, "/v1/user-stream?epoch=2&afterSeq=0").await;
     assert_eq!(page["events"][0]["seq"], 1, "{page}");
+}
+
+/// A block made before two users have a conversation holds once the blocker starts one:
+/// the blocked user's reply is refused, by peer and by conversation.
+async fn a_block_made_before_the_first_message_holds(b: Backend) {
+    let (_db, s) = setup(&b, "block-first", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    ok(&s, &alice, "PUT", "/v1/blocks/bob", None).await;
+    let sent = ok(&s, &alice, "POST", "/v1/messages", Some(json!({"clientMsgId": "a-1",
+        "conversationType": 1, "peerId": "bob", "contentType": 1, "payload": {"text": "last word"}}))).await;
+    let cid = sent["conversationId"].as_i64().unwrap();
+    for to in [json!({"conversationId": cid}), json!({"peerId": "alice"})] {
+        let mut body = json!({"clientMsgId": format!("b-{}", fastrand::u32(..)), "conversationType": 1,
+            "contentType": 1, "payload": {"text": "reply"}});
+        body.as_object_mut()
+            .unwrap()
+            .extend(to.as_object().unwrap().clone());
+        fails(&s, &bob, "POST", "/v1/messages", Some(body), 403, "blocked").await;
+    }
+    ok(&s, &alice, "DELETE", "/v1/blocks/bob", None).await;
+    ok(
+        &s,
+        &bob,
+        "POST",
+        "/v1/messages",
+        Some(json!({"clientMsgId": "b-ok", "conversationId": cid,
+        "conversationType": 1, "contentType": 1, "payload": {"text": "reply"}})),
+    )
+    .await;
 }

@@ -779,6 +779,15 @@ pub(crate) async fn resolve_pairs(
         .bind(now)
         .execute(&mut *conn)
         .await?;
+        // Blocks made before the conversation existed.
+        sqlx::query(
+            "UPDATE members SET blocks_peer = 1 WHERE conversation_id = $1 AND EXISTS \
+             (SELECT 1 FROM blocks b JOIN members p ON p.conversation_id = members.conversation_id \
+             AND p.user_id = b.blocked WHERE b.blocker = members.user_id AND b.active = 1)",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
         found.insert((lo.clone(), hi.clone()), id);
     }
     Ok(found)
@@ -856,9 +865,7 @@ async fn lock_heads(
         let sql = format!(
             "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
              m.user_id, m.left_at_seq, \
-             CASE WHEN EXISTS (SELECT 1 FROM blocks b JOIN members p \
-                 ON p.conversation_id = m.conversation_id AND p.user_id = b.blocked \
-                 WHERE b.blocker = m.user_id AND b.active = 1) THEN 1 ELSE 0 END \
+             m.blocks_peer \
              FROM conversations c \
              LEFT JOIN members m ON m.conversation_id = c.conversation_id AND c.conversation_type = 1 \
              WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
@@ -884,7 +891,7 @@ async fn lock_heads(
                 if left_at.is_none() {
                     entry.current.push(user.clone());
                 }
-                if row.try_get::<i64, _>(6)? != 0 {
+                if row.try_get::<Option<i64>, _>(6)?.unwrap_or(0) != 0 {
                     entry.blockers.push(user.clone());
                 }
                 entry.any.insert(user, left_at);

@@ -218,8 +218,20 @@ pub async fn set_block(
         .bind(blocker)
         .bind(blocked)
         .bind(now)
-        .execute(conn)
+        .execute(&mut *conn)
         .await?;
+    // The private conversation of the two carries it for sends.
+    let (lo, hi) = super::batch::pair(blocker, blocked);
+    sqlx::query(
+        "UPDATE members SET blocks_peer = $1 WHERE user_id = $2 AND conversation_id = \
+         (SELECT conversation_id FROM private_pairs WHERE user_lo = $3 AND user_hi = $4)",
+    )
+    .bind(i64::from(active))
+    .bind(blocker)
+    .bind(lo)
+    .bind(hi)
+    .execute(conn)
+    .await?;
     Ok(done.rows_affected() == 1)
 }
 

@@ -372,12 +372,8 @@ async fn must(addr: &str, method: &str, path: &str, user: &str, body: &str) -> V
 
 /// A text `send` into a group.
 fn group_frame(cmid: &str, cid: i64, text: &str) -> Message {
-    Message::Text(
-        json!({"type": "send", "id": cmid, "clientMsgId": cmid, "conversationType": 2,
-            "conversationId": cid, "contentType": 1, "payload": {"text": text}})
-        .to_string()
-        .into(),
-    )
+    let to = json!({"conversationId": cid, "conversationType": 2});
+    frame(cmid, &to, 1, json!({ "text": text }))
 }
 
 /// Sends `n` texts into group `cid` on `ws` (64 in flight) and waits for their acks.

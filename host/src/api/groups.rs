@@ -37,17 +37,19 @@ async fn group_of(s: &AppState, id: i64) -> Result<Group, ApiError> {
         .ok_or_else(|| not_found(id))
 }
 
-/// The caller's current role, or `not_a_member`.
-async fn current_role(s: &AppState, id: i64, user: &str) -> Result<Role, ApiError> {
-    group_of(s, id).await?;
-    s.core
+/// The group and the caller's current role in it, or `not_a_member`.
+async fn current_role(s: &AppState, id: i64, user: &str) -> Result<(Group, Role), ApiError> {
+    let g = group_of(s, id).await?;
+    let role = s
+        .core
         .store
         .member(id, user)
         .await
         .map_err(ApiError::store)?
         .filter(|m| m.is_current())
         .map(|m| m.role)
-        .ok_or_else(|| Refused::NotAMember(id).into())
+        .ok_or(Refused::NotAMember(id))?;
+    Ok((g, role))
 }
 
 pub async fn create(
@@ -124,8 +126,7 @@ pub async fn members(
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::bad_request("limit must be 1 to 1000"));
     }
-    let role = current_role(&s, id, &user).await?;
-    let g = group_of(&s, id).await?;
+    let (g, role) = current_role(&s, id, &user).await?;
     if g.conversation_type == 3 && role < Role::Admin {
         return Err(ApiError::forbidden(
             "permission_denied",
@@ -295,7 +296,7 @@ pub async fn join_requests(
     path: IdPath,
 ) -> Result<Json<Value>, ApiError> {
     let id = group_id(path)?;
-    if current_role(&s, id, &user).await? < Role::Admin {
+    if current_role(&s, id, &user).await?.1 < Role::Admin {
         return Err(ApiError::forbidden(
             "permission_denied",
             "only the owner and admins see join requests",

@@ -69,15 +69,14 @@ pub struct Core {
     /// One queue per committer.
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
-    /// Members by conversation, for live sends. Private conversations never change members.
+    /// Members by conversation, for live sends, with their roles, mutes and blocks; dropped
+    /// by every change this node commits to them.
     members: Mutex<HashMap<i64, Members>>,
     known_users: Mutex<HashSet<String>>,
-    /// `(blocker, blocked)` → in force, as last read or set on this node (live kinds).
-    blocks: Mutex<HashMap<(String, String), bool>>,
     /// Message ids (the committers' and the server's tips).
     pub(crate) ids: Arc<IdGen>,
-    /// Moves on with every change of the caches above, so a read that raced a change
-    /// does not cache what it read.
+    /// Moves on with every change of the member cache, so a read that raced a change does
+    /// not cache what it read.
     generation: AtomicU64,
 }
 
@@ -120,7 +119,6 @@ impl Core {
             routes,
             members: Mutex::new(HashMap::new()),
             known_users: Mutex::new(HashSet::new()),
-            blocks: Mutex::new(HashMap::new()),
             ids,
             generation: AtomicU64::new(0),
         })
@@ -306,10 +304,7 @@ impl Core {
                 return Err(Refused::Muted(conversation_id).into());
             }
         }
-        if conversation_type == 1
-            && let Some(peer) = members.iter().find(|m| *m != sender)
-            && self.blocked(peer, sender).await?
-        {
+        if live_members.blockers.iter().any(|u| u != sender) {
             return Err(Refused::Blocked.into());
         }
         if conversation_type != live.conversation_type {
@@ -357,38 +352,6 @@ impl Core {
             .ok_or_else(|| Refused::NoConversation(b.to_string()))?;
         self.routes.remember_private(key, id);
         Ok(id)
-    }
-
-    /// Whether `blocker` blocks `blocked` (cached; this node's changes update the cache).
-    pub(crate) async fn blocked(&self, blocker: &str, blocked: &str) -> Result<bool, ApiError> {
-        let key = (blocker.to_string(), blocked.to_string());
-        if let Some(b) = self.blocks.lock().expect("blocks").get(&key) {
-            return Ok(*b);
-        }
-        let generation = self.generation.load(Ordering::Acquire);
-        let b = self
-            .store
-            .is_blocked(blocker, blocked)
-            .await
-            .map_err(ApiError::store)?;
-        let mut cache = self.blocks.lock().expect("blocks");
-        if self.generation.load(Ordering::Acquire) == generation {
-            if cache.len() >= 100_000 {
-                cache.clear();
-            }
-            cache.insert(key, b);
-        }
-        Ok(b)
-    }
-
-    /// Records a block or unblock this node committed.
-    pub(crate) fn remember_block(&self, key: (String, String), blocked: bool) {
-        let mut cache = self.blocks.lock().expect("blocks");
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        if cache.len() >= 100_000 {
-            cache.clear();
-        }
-        cache.insert(key, blocked);
     }
 
     /// Drops the cached members of a conversation whose membership changed.

@@ -77,7 +77,7 @@ impl Core {
             let id = theirs.request_id.clone();
             self.accept(&mut tx, &mut w, &mut fx, theirs, me, now)
                 .await?;
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             return Ok((json!({ "requestId": id, "state": "accepted" }), fx));
         }
@@ -106,7 +106,7 @@ impl Core {
         q::save_request(&mut tx, &request).await?;
         w.append(me, "friend.request", Some(FRIEND_REQUEST), &data);
         w.append(to, "friend.request", Some(FRIEND_REQUEST), &data);
-        fx.events = w.finish(&mut tx).await?;
+        fx.events = w.finish(self.store.dialect(), &mut tx).await?;
         tx.commit().await?;
         Ok((
             json!({ "requestId": request.request_id, "state": "pending" }),
@@ -263,7 +263,7 @@ impl Core {
                 state
             }
         };
-        fx.events = w.finish(&mut tx).await?;
+        fx.events = w.finish(self.store.dialect(), &mut tx).await?;
         tx.commit().await?;
         Ok((
             json!({ "requestId": request_id, "state": state.as_str() }),
@@ -300,7 +300,7 @@ impl Core {
                 &json!({ "userId": me, "by": me }),
             );
             let fx = Effects {
-                events: w.finish(&mut tx).await?,
+                events: w.finish(self.store.dialect(), &mut tx).await?,
                 ..Effects::default()
             };
             tx.commit().await?;
@@ -320,16 +320,18 @@ impl Core {
             }
             let mut w = StreamWriter::new(now);
             w.lock(self.store.dialect(), &mut tx, &[me]).await?;
-            if q::set_block(&mut tx, me, other, on, now).await? {
+            let change = q::set_block(&mut tx, me, other, on, now).await?;
+            if change.changed {
                 let event = if on { "block.added" } else { "block.removed" };
                 w.append(me, event, None, &json!({ "userId": other }));
             }
             let fx = Effects {
-                events: w.finish(&mut tx).await?,
+                events: w.finish(self.store.dialect(), &mut tx).await?,
+                // Live sends read the block with the conversation's members.
+                members_changed: change.conversation_id,
                 ..Effects::default()
             };
             tx.commit().await?;
-            self.remember_block((me.to_string(), other.to_string()), on);
             Ok(((), fx))
         })
         .await

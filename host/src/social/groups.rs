@@ -300,7 +300,7 @@ impl Core {
             }
             let fx = Effects {
                 tips: vec![(tip, everyone.iter().map(|u| u.to_string()).collect())],
-                events: w.finish(&mut tx).await?,
+                events: w.finish(self.store.dialect(), &mut tx).await?,
                 members_changed: Some(head.conversation_id),
             };
             tx.commit().await?;
@@ -543,7 +543,7 @@ impl Core {
                 fx.tips
                     .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
             }
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             Ok((new, fx))
         })
@@ -619,7 +619,7 @@ impl Core {
                 fx.tips
                     .push((tip, self.tip_recipients(&mut tx, id, &kicked).await?));
             }
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             Ok((kicked, fx))
         })
@@ -666,7 +666,7 @@ impl Core {
                         .await?,
                 ));
             }
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             Ok(((), fx))
         })
@@ -722,7 +722,7 @@ impl Core {
             q::save_group(&mut tx, &mut l.group, now).await?;
             let fx = Effects {
                 tips: vec![(tip, members)],
-                events: w.finish(&mut tx).await?,
+                events: w.finish(self.store.dialect(), &mut tx).await?,
                 members_changed: Some(id),
             };
             tx.commit().await?;
@@ -795,7 +795,7 @@ impl Core {
                 fx.tips
                     .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
             }
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             let answer = match role {
                 Role::Owner => info(&l.group),
@@ -880,7 +880,7 @@ impl Core {
             if let Some(tip) = tip {
                 fx.tips.push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
             }
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             Ok((json!({ "userId": user, "mutedUntil": until }), fx))
         })
@@ -974,7 +974,7 @@ impl Core {
                     .into());
                 }
             };
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             Ok((answer, fx))
         })
@@ -1070,7 +1070,7 @@ impl Core {
             }
             self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
                 .await?;
-            fx.events = w.finish(&mut tx).await?;
+            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
             tx.commit().await?;
             Ok((
                 json!({ "requestId": r.request_id, "state": r.state_str() }),

@@ -341,7 +341,7 @@ async fn run(
         .collect();
     create.sort();
     create.dedup();
-    by_pair.extend(resolve_pairs(d, conn, &create, ctx.now).await?);
+    by_pair.extend(create_pairs(d, conn, &create, ctx.now).await?);
     let conversation_of = |m: &NewMessage| -> Result<i64, Refused> {
         match &m.target {
             Target::Conversation(id) => Ok(*id),
@@ -718,8 +718,23 @@ pub(crate) async fn resolve_pairs(
     now: i64,
 ) -> Result<HashMap<Pair, i64>, BatchError> {
     let mut found = find_pairs(d, conn, pairs).await?;
-    let missing: Vec<&(String, String)> =
-        pairs.iter().filter(|p| !found.contains_key(*p)).collect();
+    let missing: Vec<Pair> = pairs
+        .iter()
+        .filter(|p| !found.contains_key(*p))
+        .cloned()
+        .collect();
+    found.extend(create_pairs(d, conn, &missing, now).await?);
+    Ok(found)
+}
+
+/// Creates the private conversations of `missing` (pairs without one, of known users).
+async fn create_pairs(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    missing: &[Pair],
+    now: i64,
+) -> Result<HashMap<Pair, i64>, BatchError> {
+    let mut found = HashMap::new();
     if missing.is_empty() {
         return Ok(found);
     }

@@ -194,14 +194,22 @@ pub async fn set_friends(
     Ok(())
 }
 
-/// Blocks or unblocks; `true` if that changed anything.
+/// What a block or unblock changed.
+pub struct BlockChange {
+    /// The block itself moved (an event is due).
+    pub changed: bool,
+    /// The private conversation of the two, whose member row now carries it.
+    pub conversation_id: Option<i64>,
+}
+
+/// Blocks or unblocks.
 pub async fn set_block(
     conn: &mut AnyConnection,
     blocker: &str,
     blocked: &str,
     active: bool,
     now: i64,
-) -> sqlx::Result<bool> {
+) -> sqlx::Result<BlockChange> {
     let q = if active {
         sqlx::query(
             "INSERT INTO blocks (blocker, blocked, active, since, updated_at) VALUES ($1, $2, 1, $3, $3) \
@@ -222,17 +230,29 @@ pub async fn set_block(
         .await?;
     // The private conversation of the two carries it for sends.
     let (lo, hi) = super::batch::pair(blocker, blocked);
-    sqlx::query(
-        "UPDATE members SET blocks_peer = $1 WHERE user_id = $2 AND conversation_id = \
-         (SELECT conversation_id FROM private_pairs WHERE user_lo = $3 AND user_hi = $4)",
+    let conversation_id: Option<i64> = sqlx::query(
+        "SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2",
     )
-    .bind(i64::from(active))
-    .bind(blocker)
     .bind(lo)
     .bind(hi)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|r| r.try_get(0))
+    .transpose()?;
+    if let Some(id) = conversation_id {
+        sqlx::query(
+            "UPDATE members SET blocks_peer = $1 WHERE conversation_id = $2 AND user_id = $3",
+        )
+        .bind(i64::from(active))
+        .bind(id)
+        .bind(blocker)
+        .execute(conn)
+        .await?;
+    }
+    Ok(BlockChange {
+        changed: done.rows_affected() == 1,
+        conversation_id,
+    })
 }
 
 impl Store {
@@ -282,17 +302,5 @@ impl Store {
             user_id,
         )
         .await
-    }
-
-    /// Whether `blocker` blocks `blocked` now.
-    pub async fn is_blocked(&self, blocker: &str, blocked: &str) -> sqlx::Result<bool> {
-        Ok(
-            sqlx::query("SELECT 1 FROM blocks WHERE blocker = $1 AND blocked = $2 AND active = 1")
-                .bind(blocker)
-                .bind(blocked)
-                .fetch_optional(self.read())
-                .await?
-                .is_some(),
-        )
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{AnyConnection, Row as _};
 
-use super::{Dialect, Store, placeholders};
+use super::{Dialect, Store, placeholders, shaped_chunks, tuples};
 
 /// One recorded change, as stored and as pushed.
 #[derive(Debug, Clone)]
@@ -117,31 +117,49 @@ impl StreamWriter {
         });
     }
 
-    /// Writes the events and the heads; returns the events to push after commit.
-    pub async fn finish(self, conn: &mut AnyConnection) -> sqlx::Result<Vec<UserEvent>> {
-        for e in &self.events {
-            sqlx::query(
+    /// Writes the events and the heads (a few multi-row statements however many users a
+    /// change concerns); returns the events to push after commit.
+    pub async fn finish(
+        self,
+        d: Dialect,
+        conn: &mut AnyConnection,
+    ) -> sqlx::Result<Vec<UserEvent>> {
+        for chunk in shaped_chunks(&self.events) {
+            let sql = format!(
                 "INSERT INTO user_events (user_id, epoch, seq, event, content_type, data, server_time) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(e.user_id.as_str())
-            .bind(e.epoch)
-            .bind(e.seq)
-            .bind(e.event.as_str())
-            .bind(e.content_type.map(i64::from))
-            .bind(e.data.as_str())
-            .bind(e.server_time)
-            .execute(&mut *conn)
-            .await?;
-        }
-        for (user, (_, last)) in &self.heads {
-            if self.events.iter().any(|e| &e.user_id == user) {
-                sqlx::query("UPDATE user_streams SET last_seq = $1 WHERE user_id = $2")
-                    .bind(*last)
-                    .bind(user.as_str())
-                    .execute(&mut *conn)
-                    .await?;
+                 VALUES {}",
+                tuples(d, chunk.len(), 7)
+            );
+            let mut q = sqlx::query(&sql);
+            for e in chunk {
+                q = q
+                    .bind(e.user_id.as_str())
+                    .bind(e.epoch)
+                    .bind(e.seq)
+                    .bind(e.event.as_str())
+                    .bind(e.content_type.map(i64::from))
+                    .bind(e.data.as_str())
+                    .bind(e.server_time);
             }
+            q.execute(&mut *conn).await?;
+        }
+        let moved: Vec<(&String, i64)> = self
+            .heads
+            .iter()
+            .filter(|(user, _)| self.events.iter().any(|e| &e.user_id == *user))
+            .map(|(user, (_, last))| (user, *last))
+            .collect();
+        for chunk in shaped_chunks(&moved) {
+            let sql = format!(
+                "UPDATE user_streams SET last_seq = v.column2 FROM (VALUES {}) AS v \
+                 WHERE user_streams.user_id = v.column1",
+                tuples(d, chunk.len(), 2)
+            );
+            let mut q = sqlx::query(&sql);
+            for (user, last) in chunk {
+                q = q.bind(user.as_str()).bind(*last);
+            }
+            q.execute(&mut *conn).await?;
         }
         Ok(self.events)
     }

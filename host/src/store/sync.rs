@@ -74,6 +74,8 @@ pub struct LiveMembers {
     /// Members with a role or a mute: `(role, muted_until)`.
     pub roles: std::collections::HashMap<String, (i64, i64)>,
     pub mute_all: bool,
+    /// Private conversations: the member who blocks the other, if any.
+    pub blockers: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -173,7 +175,8 @@ impl Store {
     /// their role and mute, and whether everyone is muted. `None`: nobody is a member.
     pub async fn live_members(&self, conversation_id: i64) -> sqlx::Result<Option<LiveMembers>> {
         let rows = sqlx::query(
-            "SELECT c.conversation_type, m.user_id, m.role, m.muted_until, COALESCE(g.mute_all, 0) \
+            "SELECT c.conversation_type, m.user_id, m.role, m.muted_until, COALESCE(g.mute_all, 0), \
+             m.blocks_peer \
              FROM conversations c JOIN members m ON m.conversation_id = c.conversation_id \
              LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
              WHERE c.conversation_id = $1 AND m.left_at_seq IS NULL",
@@ -189,12 +192,16 @@ impl Store {
             mute_all: first.try_get::<i64, _>(4)? != 0,
             members: Vec::with_capacity(rows.len()),
             roles: std::collections::HashMap::new(),
+            blockers: Vec::new(),
         };
         for r in &rows {
             let user: String = r.try_get(1)?;
             let (role, muted): (i64, i64) = (r.try_get(2)?, r.try_get(3)?);
             if role != 0 || muted != 0 {
                 live.roles.insert(user.clone(), (role, muted));
+            }
+            if r.try_get::<i64, _>(5)? != 0 {
+                live.blockers.push(user.clone());
             }
             live.members.push(user);
         }

@@ -33,6 +33,7 @@ on_both!(
     joining_an_opened_group_answers_the_pending_request,
     a_new_subscriber_sees_no_earlier_post_in_the_overview,
     dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips,
+    a_join_body_is_optional_and_checked_like_every_body,
 );
 
 /// `POST /v1/groups`: the group info.
@@ -2765,4 +2766,36 @@ async fn dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips(b: B
     assert_eq!(answered[0]["data"]["state"], "rejected");
     assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
     fails(&s, &dave, "GET", &g(""), None, 403, "not_a_member").await;
+}
+
+/// `POST …/join` takes no body or a JSON one; a bad or oversized one gets the documented
+/// codes, and nothing changes.
+async fn a_join_body_is_optional_and_checked_like_every_body(b: Backend) {
+    let (_db, s) = setup(&b, "join-bodies", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "J", "joinPolicy": "approval"})).await);
+    let join = format!("/v1/groups/{cid}/join");
+    let (st, got) = s
+        .http_raw("POST", &join, Some(&bob.token), "{not json")
+        .await;
+    assert_eq!(
+        (st, got["error"]["code"].as_str()),
+        (400, Some("bad_request")),
+        "{got}"
+    );
+    let big = format!("{{\"message\": \"{}\"}}", "x".repeat(2_000_000));
+    let (st, got) = s.http_raw("POST", &join, Some(&bob.token), &big).await;
+    assert_eq!(
+        (st, got["error"]["code"].as_str()),
+        (413, Some("request_too_large")),
+        "{got}"
+    );
+    assert_eq!(
+        s.get(&alice, &format!("/v1/groups/{cid}/join-requests"))
+            .await["requests"],
+        json!([])
+    );
+    let (st, got) = s.http_raw("POST", &join, Some(&bob.token), "").await;
+    assert_eq!((st, got["state"].as_str()), (200, Some("pending")), "{got}");
 }

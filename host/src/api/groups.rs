@@ -278,16 +278,11 @@ pub async fn join(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-    body: axum::body::Bytes,
+    Body(b): Body<Option<JoinBody>>,
 ) -> Result<Json<Value>, ApiError> {
     let id = group_id(path)?;
-    let b: JoinBody = if body.is_empty() {
-        JoinBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))?
-    };
-    Ok(Json(s.core.join(&user, id, &b.message).await?))
+    let message = b.map(|b| b.message).unwrap_or_default();
+    Ok(Json(s.core.join(&user, id, &message).await?))
 }
 
 pub async fn join_requests(

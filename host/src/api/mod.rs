@@ -206,7 +206,7 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
 const ADMIN_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// Reads a JSON body of at most `limit` bytes: `request_too_large` above, `bad_request`
-/// for one that cannot be read or parsed.
+/// for one that cannot be read or parsed (or is missing where one is required).
 async fn read_json<T: serde::de::DeserializeOwned>(
     req: axum::extract::Request,
     limit: usize,
@@ -224,7 +224,9 @@ async fn read_json<T: serde::de::DeserializeOwned>(
                 ApiError::bad_request(format!("cannot read the request body: {e}"))
             }
         })?;
-    serde_json::from_slice(&bytes)
+    // No body reads as `null`: an optional body (`Body<Option<T>>`) may be left out.
+    let text: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+    serde_json::from_slice(text)
         .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
 }
 

@@ -991,7 +991,7 @@ async fn a_slow_reader_is_disconnected_and_pulls_afterwards(b: Backend) {
             "{:?}",
             answers.values().find(|a| a["type"] != "ack")
         );
-        if s.log().contains("slow_consumer") {
+        if s.log().contains("slow consumers") {
             break;
         }
     }

@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod gateway;
+pub mod limits;
 pub mod messaging;
 pub mod plugins;
 pub mod server;

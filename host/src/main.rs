@@ -4,6 +4,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use courier::plugins::check::{CheckOptions, check_file};
 
+/// jemalloc gives freed memory back to the system (its background threads purge what
+/// stayed unused for a while); glibc's malloc kept the 19 MiB blocks of password hashing
+/// and the buffers of dropped slow readers for good (see ARCHITECTURE.md, Decisions).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Courier: an instant-messaging server whose message kinds are WebAssembly plugins.
 #[derive(Parser)]
 #[command(name = "courier", version)]

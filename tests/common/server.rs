@@ -22,6 +22,19 @@ pub const POSTGRES_ENV: &str = "PG_TEST_URL";
 /// The key test servers sign tokens with (so tests can mint a deployer's token).
 pub const JWT_SECRET: &str = "test-secret-test-secret-test-secret-0123";
 
+/// The admin token of every test server.
+pub const ADMIN_TOKEN: &str = "admin-token-0123456789";
+
+/// A test's own keys for the config sections the harness writes (`Server::start_sections`);
+/// `extra` holds whole sections of its own.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Sections<'a> {
+    pub server: &'a str,
+    pub storage: &'a str,
+    pub auth: &'a str,
+    pub extra: &'a str,
+}
+
 /// Gateway settings that let a test pipeline freely.
 pub const FAST: &str =
     "[gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\noutbox_frames = 100000\n";
@@ -145,15 +158,39 @@ impl Server {
 
     /// As `start`, with `storage` added to the `[storage]` section.
     pub async fn start_with(db: &Db, storage: &str, extra: &str) -> Server {
+        Server::start_sections(
+            db,
+            Sections {
+                storage,
+                extra,
+                ..Sections::default()
+            },
+        )
+        .await
+    }
+
+    /// A server whose config has the test's own keys in each section the harness writes.
+    /// Logins and registrations are not rate-limited by address unless `auth` says so
+    /// (every test client comes from 127.0.0.1).
+    pub async fn start_sections(db: &Db, c: Sections<'_>) -> Server {
         let config = db.dir.join("courier.toml");
+        let address_limit = if c.auth.contains("attempts_per_minute_per_address") {
+            ""
+        } else {
+            "attempts_per_minute_per_address = 0\n"
+        };
         std::fs::write(
             &config,
             format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"admin-token-0123456789\"\n\
-                 [storage]\nurl = \"{}\"\n{storage}\n[auth]\njwt_secret = \"{JWT_SECRET}\"\n\
-                 [runtime]\ncache_dir = \"{}\"\n{extra}",
+                "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN_TOKEN}\"\n{}\n\
+                 [storage]\nurl = \"{}\"\n{}\n[auth]\njwt_secret = \"{JWT_SECRET}\"\n{address_limit}{}\n\
+                 [runtime]\ncache_dir = \"{}\"\n{}",
+                c.server,
                 db.url,
-                plugin_cache().display()
+                c.storage,
+                c.auth,
+                plugin_cache().display(),
+                c.extra,
             ),
         )
         .unwrap();
@@ -317,6 +354,39 @@ impl Server {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The server process's resident memory now, in KiB (Linux), or `None`.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// A token as a deployer's backend signs it with the shared key: `sub`, an `exp` an
+    /// hour away, and `iat` only if given.
+    pub fn deployer_token(&self, user_id: &str, iat: Option<i64>) -> String {
+        use base64::Engine as _;
+        use hmac::Mac as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let mut claims = json!({ "sub": user_id, "exp": now + 3600 });
+        if let Some(iat) = iat {
+            claims["iat"] = iat.into();
+        }
+        let signed = format!(
+            "{}.{}",
+            b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+            b64.encode(claims.to_string())
+        );
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(JWT_SECRET.as_bytes()).unwrap();
+        mac.update(signed.as_bytes());
+        format!("{signed}.{}", b64.encode(mac.finalize().into_bytes()))
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -379,6 +449,26 @@ pub struct Ws {
 pub const WAIT: Duration = Duration::from_secs(20);
 
 impl Ws {
+    /// Connects with a receive buffer of `bytes` (a reader whose kernel holds little for
+    /// it) and reads the `hello` frame.
+    pub async fn connect_with_buffer(addr: &str, token: &str, device: &str, bytes: u32) -> Ws {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let tcp = socket.connect(addr.parse().unwrap()).await.unwrap();
+        let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}");
+        let (stream, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp))
+            .await
+            .expect("WebSocket upgrade");
+        let mut ws = Ws {
+            stream,
+            hello: Value::Null,
+        };
+        let hello = ws.next().await.expect("hello frame");
+        assert_eq!(hello["type"], "hello", "{hello}");
+        ws.hello = hello;
+        ws
+    }
+
     /// Connects and reads the `hello` frame; `Err(status)` if the upgrade was refused.
     pub async fn connect(addr: &str, token: &str, device: &str) -> Result<Ws, u16> {
         let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}");
@@ -524,6 +614,28 @@ impl Ws {
 
     pub async fn close(mut self) {
         let _ = self.stream.close(None).await;
+    }
+
+    /// Starts the closing handshake with `code`; the code of the server's answering close
+    /// frame (`None` if the connection ended without one).
+    pub async fn close_with(mut self, code: u16) -> Option<u16> {
+        use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+        self.stream
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::from(code),
+                reason: "bye".into(),
+            })))
+            .await
+            .ok()?;
+        self.closed().await.0
+    }
+
+    /// Sends one raw WebSocket frame (e.g. text that is not UTF-8).
+    pub async fn send_frame(
+        &mut self,
+        frame: tokio_tungstenite::tungstenite::protocol::frame::Frame,
+    ) {
+        let _ = self.stream.send(Message::Frame(frame)).await;
     }
 }
 

@@ -1,13 +1,19 @@
-//! `POST /v1/auth/register` and `POST /v1/auth/login`: the built-in account store.
+//! The built-in account store (`POST /v1/auth/register`, `/login`), and what any account
+//! can do to its tokens and itself: `/v1/auth/logout`, `/v1/auth/revoke-all`,
+//! `DELETE /v1/account`, and the admin's `/admin/users/{id}/revoke-all` and
+//! `DELETE /admin/users/{id}`.
 
-use axum::Json;
-use axum::extract::State;
-use axum::http::StatusCode;
+use std::net::{IpAddr, Ipv4Addr};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, Body};
-use crate::auth::{hash_password, valid_user_id, verify_password};
+use super::{ApiError, AppState, Authenticated, Body, Peer, require_admin};
+use crate::auth::{Busy, DELETED_PREFIX, valid_user_id};
+use crate::limits::Guard;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -16,13 +22,44 @@ pub struct Credentials {
     password: String,
 }
 
-fn token_body(s: &AppState, user_id: &str) -> Json<Value> {
-    let (token, expires_at) = s.core.tokens.issue(user_id);
-    Json(json!({ "userId": user_id, "token": token, "expiresAt": expires_at }))
+/// A new token for `user_id`, issued no earlier than the cut-off of its last revoke-all.
+async fn token_body(s: &AppState, user_id: &str) -> Result<Json<Value>, ApiError> {
+    let valid_from = s
+        .core
+        .store
+        .tokens_valid_from(user_id)
+        .await
+        .map_err(ApiError::store)?;
+    let (token, expires_at) = s.core.tokens.issue_from(user_id, valid_from);
+    Ok(Json(
+        json!({ "userId": user_id, "token": token, "expiresAt": expires_at }),
+    ))
+}
+
+/// The client's address (unspecified for requests that did not come through a socket).
+fn client_address(peer: Option<&Peer>) -> IpAddr {
+    peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.addr.ip())
+}
+
+/// Counts a login or registration attempt against the client address's allowance.
+fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), ApiError> {
+    s.attempts.attempt(client_address(peer)).map_err(|retry| {
+        s.core.guards.count(Guard::AuthRateLimited);
+        ApiError::rate_limited(
+            "too many logins and registrations from your address; retry later",
+            retry,
+        )
+    })
+}
+
+fn busy(s: &AppState, e: Busy) -> ApiError {
+    s.core.guards.count(Guard::HashBusy);
+    ApiError::busy(e.to_string())
 }
 
 pub async fn register(
     State(s): State<AppState>,
+    peer: Option<Extension<Peer>>,
     Body(c): Body<Credentials>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     if !s.core.settings.registration {
@@ -32,20 +69,27 @@ pub async fn register(
             "registration is switched off on this server",
         ));
     }
+    attempt(&s, peer.as_deref())?;
     if !valid_user_id(&c.user_id) {
         return Err(ApiError::bad_request(
             "userId must be 1 to 64 of A-Z a-z 0-9 _ . - @",
         ));
+    }
+    if c.user_id.starts_with(DELETED_PREFIX) {
+        return Err(ApiError::bad_request(format!(
+            "user ids starting with {DELETED_PREFIX:?} are reserved for deleted accounts"
+        )));
     }
     if !(8..=256).contains(&c.password.chars().count()) {
         return Err(ApiError::bad_request(
             "password must be 8 to 256 characters",
         ));
     }
-    let password = c.password;
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
+    let hash = s
+        .passwords
+        .hash(c.password)
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+        .map_err(|e| busy(&s, e))?;
     let created = s
         .core
         .store
@@ -59,11 +103,12 @@ pub async fn register(
             format!("the user id {:?} is taken", c.user_id),
         ));
     }
-    Ok((StatusCode::CREATED, token_body(&s, &c.user_id)))
+    Ok((StatusCode::CREATED, token_body(&s, &c.user_id).await?))
 }
 
 pub async fn login(
     State(s): State<AppState>,
+    peer: Option<Extension<Peer>>,
     Body(c): Body<Credentials>,
 ) -> Result<Json<Value>, ApiError> {
     let wrong = || {
@@ -73,9 +118,17 @@ pub async fn login(
             "unknown user or wrong password",
         )
     };
+    attempt(&s, peer.as_deref())?;
     if !valid_user_id(&c.user_id) {
         return Err(wrong());
     }
+    s.attempts.may_log_in(&c.user_id).map_err(|retry| {
+        s.core.guards.count(Guard::AuthRateLimited);
+        ApiError::rate_limited(
+            "too many failed logins for this account; retry later",
+            retry,
+        )
+    })?;
     let hash = s
         .core
         .store
@@ -83,25 +136,156 @@ pub async fn login(
         .await
         .map_err(ApiError::store)?
         .flatten();
-    let password = c.password;
-    let ok = tokio::task::spawn_blocking(move || match hash {
-        Some(h) => verify_password(&password, &h),
-        None => {
-            // The same work for an unknown user, so timing does not tell which ids exist.
-            let _ = verify_password(&password, dummy_hash());
-            false
-        }
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let ok = s
+        .passwords
+        .verify(c.password, hash)
+        .await
+        .map_err(|e| busy(&s, e))?;
     if !ok {
+        s.attempts.failed(&c.user_id);
         return Err(wrong());
     }
-    Ok(token_body(&s, &c.user_id))
+    token_body(&s, &c.user_id).await
 }
 
-/// A hash to check unknown users against, with the default cost.
-fn dummy_hash() -> &'static str {
-    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| hash_password("no such user"))
+/// `POST /v1/auth/logout`: the token of this request stops working; the connections
+/// opened with it close (4003).
+pub async fn logout(
+    State(s): State<AppState>,
+    Authenticated(session): Authenticated,
+) -> Result<Json<Value>, ApiError> {
+    s.core.revoke_token(&session).await?;
+    Ok(Json(json!({ "userId": session.user_id, "revoked": true })))
+}
+
+/// `POST /v1/auth/revoke-all`: every token of the caller issued until now stops working,
+/// this one included; every connection of the caller closes (4003).
+pub async fn revoke_all(
+    State(s): State<AppState>,
+    Authenticated(session): Authenticated,
+) -> Result<Json<Value>, ApiError> {
+    let valid_from = s.core.revoke_all_tokens(&session.user_id).await?;
+    Ok(Json(
+        json!({ "userId": session.user_id, "tokensValidFrom": valid_from }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Confirm {
+    password: String,
+}
+
+/// `DELETE /v1/account`: deletes the caller's account. An account with a password must
+/// give it again (`{"password": "…"}`); one known only from tokens needs no body.
+pub async fn delete_own(
+    State(s): State<AppState>,
+    peer: Option<Extension<Peer>>,
+    Authenticated(session): Authenticated,
+    Body(confirm): Body<Option<Confirm>>,
+) -> Result<Json<Value>, ApiError> {
+    let user = session.user_id;
+    let hash = s
+        .core
+        .store
+        .password_hash(&user)
+        .await
+        .map_err(ApiError::store)?
+        .flatten();
+    if let Some(hash) = hash {
+        attempt(&s, peer.as_deref())?;
+        let wrong = || {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_credentials",
+                "deleting an account with a password needs the password: {\"password\": \"…\"}",
+            )
+        };
+        let password = confirm.ok_or_else(wrong)?.password;
+        let ok = s
+            .passwords
+            .verify(password, Some(hash))
+            .await
+            .map_err(|e| busy(&s, e))?;
+        if !ok {
+            s.attempts.failed(&user);
+            return Err(wrong());
+        }
+    }
+    let alias = delete(&s, &user).await?;
+    Ok(Json(crate::social::deleted_answer(&user, &alias)))
+}
+
+/// Runs a deletion to its end even if the client goes away meanwhile (it takes a while
+/// for an account with much history; an interrupted one is finished by deleting again).
+async fn delete(s: &AppState, user: &str) -> Result<String, ApiError> {
+    let (core, user) = (s.core.clone(), user.to_string());
+    tokio::spawn(async move { core.delete_account(&user).await })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+fn user_path(
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<String, ApiError> {
+    let user = path
+        .map(|Path(u)| u)
+        .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))?;
+    if !valid_user_id(&user) {
+        return Err(ApiError::bad_request("not a valid user id"));
+    }
+    Ok(user)
+}
+
+/// A user the admin names: it must exist (deleted or not).
+async fn known_user(s: &AppState, user: &str) -> Result<bool, ApiError> {
+    let live = s
+        .core
+        .store
+        .password_hash(user)
+        .await
+        .map_err(ApiError::store)?
+        .is_some();
+    let deleted = s
+        .core
+        .store
+        .deleted_alias(user)
+        .await
+        .map_err(ApiError::store)?
+        .is_some();
+    if !live && !deleted {
+        return Err(crate::store::batch::Refused::UserNotFound(user.to_string()).into());
+    }
+    Ok(deleted)
+}
+
+/// `POST /admin/users/{userId}/revoke-all`.
+pub async fn admin_revoke_all(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    let user = user_path(path)?;
+    if known_user(&s, &user).await? {
+        return Err(crate::messaging::account_deleted());
+    }
+    let valid_from = s.core.revoke_all_tokens(&user).await?;
+    Ok(Json(
+        json!({ "userId": user, "tokensValidFrom": valid_from }),
+    ))
+}
+
+/// `DELETE /admin/users/{userId}`: deletes the account (again: finishes an interrupted
+/// deletion).
+pub async fn admin_delete(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    require_admin(&s, &headers)?;
+    let user = user_path(path)?;
+    known_user(&s, &user).await?;
+    let alias = delete(&s, &user).await?;
+    Ok(Json(crate::social::deleted_answer(&user, &alias)))
 }

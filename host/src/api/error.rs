@@ -15,6 +15,8 @@ pub struct ApiError {
     pub message: String,
     /// The plugin's own rejection code, for `payload_invalid`.
     pub reason: Option<String>,
+    /// Seconds after which a retry may succeed (`Retry-After`).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -24,6 +26,23 @@ impl ApiError {
             code,
             message: message.into(),
             reason: None,
+            retry_after: None,
+        }
+    }
+
+    /// `429 rate_limited`, with when to retry.
+    pub fn rate_limited(message: impl Into<String>, retry_after: std::time::Duration) -> ApiError {
+        ApiError {
+            retry_after: Some(retry_after.as_secs_f64().ceil().max(1.0) as u64),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message)
+        }
+    }
+
+    /// `503 busy`: the server is at a bound of its own (password hashing); retry soon.
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
         }
     }
 
@@ -106,6 +125,7 @@ impl From<ValidateError> for ApiError {
             code: e.code(),
             message: e.to_string(),
             reason: e.reason().map(str::to_string),
+            retry_after: None,
         }
     }
 }
@@ -141,6 +161,11 @@ impl IntoResponse for ApiError {
         if let Some(reason) = self.reason {
             body["reason"] = reason.into();
         }
-        (self.status, Json(json!({ "error": body }))).into_response()
+        let mut res = (self.status, Json(json!({ "error": body }))).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        res
     }
 }

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 pub use error::ApiError;
 
+use crate::auth::{Attempts, Passwords};
 use crate::config::Config;
 use crate::messaging::Core;
 use crate::plugins::{PluginRegistry, SendContext, SenderKind};
@@ -35,12 +36,27 @@ pub struct AppState {
     pub config_path: Option<PathBuf>,
     /// One reload at a time, from reading the file to installing the new config.
     reloading: Arc<Mutex<()>>,
+    /// Password hashing, bounded in concurrency.
+    pub passwords: Arc<Passwords>,
+    /// Rate limits of logins and registrations.
+    pub attempts: Arc<Attempts>,
 }
 
 impl AppState {
     pub fn new(core: Arc<Core>, config: Config, config_path: Option<PathBuf>) -> AppState {
+        let auth = &config.auth;
+        let passwords = Passwords::new(
+            auth.hash_concurrency,
+            std::time::Duration::from_secs(auth.hash_queue_secs),
+        );
+        let attempts = Attempts::new(
+            auth.attempts_per_minute_per_address,
+            auth.failed_logins_per_hour_per_account,
+        );
         AppState {
             registry: core.registry.clone(),
+            passwords: Arc::new(passwords),
+            attempts: Arc::new(attempts),
             core,
             config: Arc::new(Mutex::new(config)),
             config_path,
@@ -73,6 +89,9 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/v1/auth/register", post(accounts::register))
         .route("/v1/auth/login", post(accounts::login))
+        .route("/v1/auth/logout", post(accounts::logout))
+        .route("/v1/auth/revoke-all", post(accounts::revoke_all))
+        .route("/v1/account", axum::routing::delete(accounts::delete_own))
         .route("/v1/ws", get(crate::gateway::upgrade))
         .route("/v1/messages", post(conversations::send))
         .route("/v1/conversations", get(conversations::overview))
@@ -134,6 +153,14 @@ pub fn app(state: AppState) -> Router {
         .route("/admin/plugins/reload", post(reload))
         .route("/admin/validate", post(dry_run))
         .route("/admin/users/{userId}/stream/reset", post(reset_stream))
+        .route(
+            "/admin/users/{userId}/revoke-all",
+            post(accounts::admin_revoke_all),
+        )
+        .route(
+            "/admin/users/{userId}",
+            axum::routing::delete(accounts::admin_delete),
+        )
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .with_state(state)
@@ -177,16 +204,42 @@ impl axum::extract::FromRequestParts<AppState> for User {
         parts: &mut axum::http::request::Parts,
         s: &AppState,
     ) -> Result<User, ApiError> {
-        let token = bearer(&parts.headers).ok_or_else(ApiError::unauthorized)?;
-        let user = s
-            .core
-            .tokens
-            .verify(token)
-            .map_err(|e| ApiError::token(&e))?;
-        s.core.ensure_user(&user).await?;
-        Ok(User(user))
+        let Authenticated(session) = Authenticated::from_request_parts(parts, s).await?;
+        Ok(User(session.user_id))
     }
 }
+
+/// The session (user and token) of a request's bearer token.
+pub struct Authenticated(pub crate::messaging::Session);
+
+impl axum::extract::FromRequestParts<AppState> for Authenticated {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        s: &AppState,
+    ) -> Result<Authenticated, ApiError> {
+        let token = bearer(&parts.headers).ok_or_else(ApiError::unauthorized)?;
+        Ok(Authenticated(s.core.authenticate(token).await?))
+    }
+}
+
+/// What the listener knows of a request's connection. Absent for requests that did not
+/// come through it (tests calling the router directly).
+#[derive(Clone)]
+pub struct Peer {
+    pub addr: std::net::SocketAddr,
+    /// When the connection was accepted (the WebSocket handshake deadline runs from it).
+    pub accepted_at: std::time::Instant,
+    /// Holds the connection's place under the connection caps while it is held: an
+    /// upgraded WebSocket keeps it for its whole life.
+    pub admitted: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+/// A request body that did not arrive within `server.body_timeout_secs`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within the body timeout")]
+pub struct BodyTimeout;
 
 /// A JSON body of at most `gateway.max_frame_bytes`, with a bad one answered in the error
 /// envelope.
@@ -199,6 +252,11 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
         read_json(req, s.core.settings.max_frame_bytes)
             .await
             .map(Body)
+            .inspect_err(|e| {
+                if e.code == "request_timeout" {
+                    s.core.guards.count(crate::limits::Guard::BodyTimeout);
+                }
+            })
     }
 }
 
@@ -214,7 +272,13 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
-            if format!("{e:?}").contains("LengthLimit") {
+            if caused_by::<BodyTimeout>(&e) {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request_timeout",
+                    "the request body did not arrive in time; the connection is closed",
+                )
+            } else if format!("{e:?}").contains("LengthLimit") {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "request_too_large",
@@ -230,7 +294,19 @@ async fn read_json<T: serde::de::DeserializeOwned>(
         .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
 }
 
-fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+/// Whether `E` is somewhere in the chain of `e`'s sources.
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<E>() {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+pub(crate) fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = s.admin_token() else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,

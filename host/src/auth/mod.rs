@@ -36,6 +36,32 @@ struct Claims {
     nbf: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     iat: Option<i64>,
+    /// Makes every token this server issues unique, so logging one out leaves the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    jti: Option<String>,
+}
+
+/// A token's identity for revocation: the first 16 bytes of its SHA-256.
+pub type TokenId = [u8; 16];
+
+/// The identity of `token` (see `TokenId`).
+pub fn token_id(token: &str) -> TokenId {
+    use sha2::Digest as _;
+    let digest = Sha256::digest(token.as_bytes());
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
+/// What a valid token says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub user_id: String,
+    /// When it was issued (Unix seconds), if it says.
+    pub issued_at: Option<i64>,
+    /// When it expires (Unix seconds).
+    pub expires_at: i64,
+    pub id: TokenId,
 }
 
 #[derive(Deserialize)]
@@ -75,14 +101,22 @@ impl Tokens {
 
     /// A token for `user_id` and its expiry (Unix seconds).
     pub fn issue(&self, user_id: &str) -> (String, i64) {
+        self.issue_from(user_id, 0)
+    }
+
+    /// A token for `user_id` whose `iat` is at least `valid_from` (the user's tokens issued
+    /// earlier were revoked), and its expiry (Unix seconds).
+    pub fn issue_from(&self, user_id: &str, valid_from: i64) -> (String, i64) {
         let now = now_secs();
-        let exp = now + self.ttl_secs;
+        let iat = now.max(valid_from);
+        let exp = iat + self.ttl_secs;
         let header = B64.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
         let claims = Claims {
             sub: user_id.to_string(),
             exp,
             nbf: None,
-            iat: Some(now),
+            iat: Some(iat),
+            jti: Some(hex::encode(random_bytes::<12>())),
         };
         let body = B64.encode(serde_json::to_vec(&claims).expect("claims serialize"));
         let signed = format!("{header}.{body}");
@@ -92,8 +126,9 @@ impl Tokens {
         (format!("{signed}.{sig}"), exp)
     }
 
-    /// The user id the token speaks for.
-    pub fn verify(&self, token: &str) -> Result<String, TokenError> {
+    /// What the token says, if it is valid (signature, times, subject). Whether it was
+    /// revoked is the caller's question (`messaging::Core::authenticate`).
+    pub fn verify(&self, token: &str) -> Result<Verified, TokenError> {
         let mut parts = token.split('.');
         let (Some(h), Some(c), Some(s), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -127,9 +162,18 @@ impl Tokens {
         if !valid_user_id(&claims.sub) {
             return Err(TokenError::Subject);
         }
-        Ok(claims.sub)
+        Ok(Verified {
+            user_id: claims.sub,
+            issued_at: claims.iat,
+            expires_at: claims.exp,
+            id: token_id(token),
+        })
     }
 }
+
+/// The start of a deleted account's alias (`social::accounts`): no one registers an id
+/// that starts with it.
+pub const DELETED_PREFIX: &str = "deleted-";
 
 /// User ids: 1–64 of `A–Z a–z 0–9 _ . - @`.
 pub fn valid_user_id(s: &str) -> bool {
@@ -157,6 +201,113 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     })
 }
 
+/// Password hashing with a bound: at most `concurrency` hashes run at once (each holds
+/// 19 MiB while it runs), on blocking threads; a caller waits up to `wait` for a slot,
+/// then gets `Busy`.
+pub struct Passwords {
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
+    wait: std::time::Duration,
+}
+
+/// Every hashing slot stayed taken for the whole wait.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the server is busy hashing passwords; retry in a moment")]
+pub struct Busy;
+
+impl Passwords {
+    /// `concurrency` 0: the number of cores.
+    pub fn new(concurrency: usize, wait: std::time::Duration) -> Passwords {
+        let n = match concurrency {
+            0 => std::thread::available_parallelism().map_or(2, usize::from),
+            n => n,
+        };
+        Passwords {
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(n)),
+            wait,
+        }
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Busy> {
+        let slot = tokio::time::timeout(self.wait, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| Busy)?
+            .map_err(|_| Busy)?;
+        tokio::task::spawn_blocking(move || {
+            let out = work();
+            drop(slot);
+            out
+        })
+        .await
+        .map_err(|_| Busy)
+    }
+
+    /// The argon2id hash (PHC string) of `password`.
+    pub async fn hash(&self, password: String) -> Result<String, Busy> {
+        self.run(move || hash_password(&password)).await
+    }
+
+    /// Whether `password` matches `hash`; with no hash (an unknown user) the same work is
+    /// done against a dummy, so timing does not tell which users exist.
+    pub async fn verify(&self, password: String, hash: Option<String>) -> Result<bool, Busy> {
+        self.run(move || match hash {
+            Some(h) => verify_password(&password, &h),
+            None => {
+                let _ = verify_password(&password, dummy_hash());
+                false
+            }
+        })
+        .await
+    }
+}
+
+/// The rate limits of logins and registrations: attempts per client address, failed
+/// logins per account.
+pub struct Attempts {
+    per_address: crate::limits::Limiter<std::net::IpAddr>,
+    failures: crate::limits::Limiter<String>,
+}
+
+impl Attempts {
+    pub fn new(per_minute_per_address: u32, failures_per_hour_per_account: u32) -> Attempts {
+        use std::time::Duration;
+        Attempts {
+            per_address: crate::limits::Limiter::new(
+                per_minute_per_address,
+                Duration::from_secs(60),
+                100_000,
+            ),
+            failures: crate::limits::Limiter::new(
+                failures_per_hour_per_account,
+                Duration::from_secs(3600),
+                100_000,
+            ),
+        }
+    }
+
+    /// Counts an attempt from `address`; `Err(retry_after)` over its allowance.
+    pub fn attempt(&self, address: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        self.per_address.take(&address)
+    }
+
+    /// `Err(retry_after)` while `user_id` has used up its failed logins.
+    pub fn may_log_in(&self, user_id: &str) -> Result<(), std::time::Duration> {
+        self.failures.check(&user_id.to_string())
+    }
+
+    pub fn failed(&self, user_id: &str) {
+        let _ = self.failures.take(&user_id.to_string());
+    }
+}
+
+/// A hash to check unknown users against, with the default cost.
+fn dummy_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| hash_password("no such user"))
+}
+
 fn rand_salt() -> [u8; 16] {
     random_bytes()
 }
@@ -177,7 +328,9 @@ mod tests {
     fn a_token_round_trips_and_a_changed_one_does_not() {
         let t = Tokens::new(b"0123456789abcdef0123456789abcdef", 60);
         let (token, _) = t.issue("alice");
-        assert_eq!(t.verify(&token).unwrap(), "alice");
+        assert_eq!(t.verify(&token).unwrap().user_id, "alice");
+        let (again, _) = t.issue("alice");
+        assert_ne!(token_id(&token), token_id(&again), "every token is its own");
         let other = Tokens::new(b"another key another key another k", 60);
         assert_eq!(other.verify(&token), Err(TokenError::Signature));
         let mut parts: Vec<&str> = token.split('.').collect();

@@ -41,6 +41,22 @@ pub struct ServerConfig {
     /// This server's number (0–1023), part of every message id it makes: give each node
     /// sharing one database its own.
     pub node_id: u16,
+    /// Open connections (HTTP and WebSocket) at once; beyond, a new one is refused with
+    /// `503 too_many_connections`. 0: the open-file limit minus 1024.
+    pub max_connections: usize,
+    /// Open connections from one client address (an IPv6 /64 counts as one). 0: no cap
+    /// (behind a proxy every client has the proxy's address).
+    pub max_connections_per_address: usize,
+    /// A request's head must arrive whole within this many seconds of its first byte (or
+    /// of the connection's opening).
+    pub header_timeout_secs: u64,
+    /// A request's body must arrive whole within this many seconds of its head.
+    pub body_timeout_secs: u64,
+    /// A keep-alive connection with no request for this long is closed.
+    pub idle_timeout_secs: u64,
+    /// A request must be answered, its response written whole, within this many seconds
+    /// of its head; a client that stops reading its responses is cut off.
+    pub request_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -79,6 +95,17 @@ pub struct AuthConfig {
     pub token_ttl_secs: u64,
     /// `POST /v1/auth/register` is open. Off: accounts come from the deployer's tokens.
     pub registration: bool,
+    /// Password hashes computed at once (each takes 19 MiB for its duration). 0: the
+    /// number of cores.
+    pub hash_concurrency: usize,
+    /// How long a login or registration waits for a hashing slot before `503 busy`.
+    pub hash_queue_secs: u64,
+    /// Logins and registrations one client address may attempt per minute (in a burst of
+    /// as many). 0: no limit.
+    pub attempts_per_minute_per_address: u32,
+    /// Failed logins one account may have per hour (in a burst of as many) before its
+    /// logins are refused with `429 rate_limited` for a while. 0: no limit.
+    pub failed_logins_per_hour_per_account: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -94,6 +121,16 @@ pub struct GatewayConfig {
     pub send_burst: u32,
     /// Frames that may wait for a slow consumer before it is disconnected.
     pub outbox_frames: usize,
+    /// Bytes that may wait for one connection (queued and being written) before it is
+    /// disconnected as a slow consumer, whichever of this and `outbox_frames` comes first.
+    pub outbox_bytes: usize,
+    /// Bytes of frames waiting for all connections of this node together (a frame pushed
+    /// to many devices counts once). Above it, every connection with frames still queued
+    /// is disconnected as a slow consumer on its next push.
+    pub node_outbox_bytes: usize,
+    /// The WebSocket upgrade must complete and the `hello` frame reach the client within
+    /// this many seconds of the connection's opening.
+    pub handshake_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -123,6 +160,10 @@ impl Default for AuthConfig {
             jwt_secret: None,
             token_ttl_secs: 7 * 24 * 3600,
             registration: true,
+            hash_concurrency: 0,
+            hash_queue_secs: 5,
+            attempts_per_minute_per_address: 30,
+            failed_logins_per_hour_per_account: 20,
         }
     }
 }
@@ -135,6 +176,9 @@ impl Default for GatewayConfig {
             send_rate_per_sec: 100,
             send_burst: 200,
             outbox_frames: 1024,
+            outbox_bytes: 8 * 1024 * 1024,
+            node_outbox_bytes: 512 * 1024 * 1024,
+            handshake_secs: 10,
         }
     }
 }
@@ -204,6 +248,12 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_token: None,
             node_id: 0,
+            max_connections: 0,
+            max_connections_per_address: 1000,
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
+            idle_timeout_secs: 60,
+            request_timeout_secs: 60,
         }
     }
 }
@@ -250,8 +300,7 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(file));
         }
-        // COURIER_LOG is the log filter, not a config key.
-        fig = fig.merge(Env::prefixed("COURIER_").ignore(&["log"]).split("__"));
+        fig = fig.merge(config_env());
         let config: Config = fig.extract().map_err(|e| ConfigError::Invalid {
             path: file
                 .map(|f| f.display().to_string())
@@ -336,9 +385,32 @@ impl Config {
             || g.send_rate_per_sec == 0
             || g.send_burst == 0
             || g.outbox_frames < 16
+            || g.handshake_secs == 0
         {
             return Err(ConfigError::Check(
-                "gateway: max_frame_bytes >= 1024, outbox_frames >= 16, and heartbeat_secs, send_rate_per_sec, send_burst positive".into(),
+                "gateway: max_frame_bytes >= 1024, outbox_frames >= 16, and heartbeat_secs, send_rate_per_sec, send_burst, handshake_secs positive".into(),
+            ));
+        }
+        // A frame pushed to a connection must fit its budget, or no large message could
+        // ever be delivered.
+        if g.outbox_bytes < 2 * g.max_frame_bytes || g.node_outbox_bytes < g.outbox_bytes {
+            return Err(ConfigError::Check(
+                "gateway: outbox_bytes must be at least twice max_frame_bytes, and node_outbox_bytes at least outbox_bytes".into(),
+            ));
+        }
+        let s = &self.server;
+        if s.header_timeout_secs == 0
+            || s.body_timeout_secs == 0
+            || s.idle_timeout_secs == 0
+            || s.request_timeout_secs == 0
+        {
+            return Err(ConfigError::Check(
+                "server: header_timeout_secs, body_timeout_secs, idle_timeout_secs and request_timeout_secs must be positive".into(),
+            ));
+        }
+        if self.auth.hash_queue_secs == 0 {
+            return Err(ConfigError::Check(
+                "auth.hash_queue_secs must be positive".into(),
             ));
         }
         for (name, entry) in &self.plugins {
@@ -352,6 +424,16 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The environment's config keys: `COURIER_<SECTION>__<KEY>` (and deeper, `__` between
+/// levels). Variables of any other shape under the prefix (`COURIER_LOG`, a deployment's
+/// own `COURIER_BIN`) are not config and are left alone; one of this shape with an unknown
+/// key is refused by `deny_unknown_fields`, naming it.
+fn config_env() -> Env {
+    Env::prefixed("COURIER_")
+        .filter(|key| key.as_str().contains("__"))
+        .split("__")
 }
 
 #[cfg(test)]
@@ -391,6 +473,22 @@ mod tests {
         .unwrap();
         assert!(!c.plugins["text"].enabled);
         assert!(c.plugins["poll"].enabled);
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
+    fn only_variables_shaped_like_keys_are_config() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("COURIER_BIN", "/usr/local/bin/courier");
+            jail.set_env("COURIER_LOG", "debug");
+            jail.set_env("COURIER_GATEWAY__HEARTBEAT_SECS", "30");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.gateway.heartbeat_secs, 30);
+            jail.set_env("COURIER_GATEWAY__HEARTBEAT_SEC", "30");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("heartbeat_sec"), "{err}");
+            Ok(())
+        });
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! The JSON frames of the protocol (docs/protocol.md), built once per push and shared by
 //! every connection it goes to.
 
-use axum::extract::ws::Utf8Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::api::ApiError;
 use crate::store::batch::Stored;

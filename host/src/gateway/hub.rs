@@ -8,27 +8,40 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::ws::Utf8Bytes;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-use super::outbox::{Close, LatestKey, Outbox, Queued};
+use super::outbox::{Close, Frame, LatestKey, NodeBudget, Outbox, Queued};
+use crate::auth::TokenId;
 use crate::plugins::Delivery;
 
 pub struct Device {
     pub user_id: String,
     pub device_id: String,
     pub session: u64,
+    /// The token the connection was opened with (logout closes its connections).
+    pub token: TokenId,
     pub outbox: Outbox,
     /// Requests read from this connection and not answered yet.
     pub in_flight: AtomicUsize,
 }
 
 impl Device {
-    pub fn new(user_id: String, device_id: String, outbox_frames: usize) -> Device {
+    /// A connection opened with `token`, whose outbox holds at most `outbox_frames` frames
+    /// and `outbox_bytes` bytes, counted toward the hub's node budget.
+    pub fn new(
+        hub: &Hub,
+        user_id: String,
+        device_id: String,
+        token: TokenId,
+        outbox_frames: usize,
+        outbox_bytes: usize,
+    ) -> Device {
         Device {
             user_id,
             device_id,
+            token,
             session: Hub::new_session(),
-            outbox: Outbox::new(outbox_frames),
+            outbox: Outbox::new(outbox_frames, outbox_bytes, hub.budget.clone()),
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -57,6 +70,8 @@ pub struct Hub {
     online: AtomicU64,
     /// Pushes not queued (dropped or overflowed), for the metrics.
     pub undelivered: AtomicU64,
+    /// The bytes waiting in every outbox of this node.
+    budget: Arc<NodeBudget>,
 }
 
 /// What a push reached.
@@ -66,20 +81,21 @@ pub struct Reach {
     pub dropped: u32,
 }
 
-impl Default for Hub {
-    fn default() -> Self {
-        Hub::new()
-    }
-}
-
 impl Hub {
-    pub fn new() -> Hub {
+    /// `node_outbox_bytes`: the bytes every outbox of this node may hold together.
+    pub fn new(node_outbox_bytes: usize) -> Hub {
         Hub {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: Default::default(),
             online: AtomicU64::new(0),
             undelivered: AtomicU64::new(0),
+            budget: NodeBudget::new(node_outbox_bytes),
         }
+    }
+
+    /// Bytes waiting in this node's outboxes.
+    pub fn outbox_bytes(&self) -> usize {
+        self.budget.bytes()
     }
 
     fn shard(&self, user: &str) -> &Shard {
@@ -154,6 +170,8 @@ impl Hub {
         except: u64,
     ) -> Reach {
         let mut reach = Reach::default();
+        // Counted once toward the node's budget, however many devices it waits for.
+        let frame = Frame::new(frame.clone(), &self.budget);
         for user in users {
             let shard = self.shard(user).lock().expect("hub lock");
             let Some(list) = shard.get(user) else {
@@ -176,6 +194,22 @@ impl Hub {
     /// Connected devices on this node.
     pub fn online_devices(&self) -> u64 {
         self.online.load(Ordering::Relaxed)
+    }
+
+    /// Closes the connections of `user_id` that `which` picks; how many.
+    pub fn close_where(&self, user_id: &str, which: impl Fn(&Device) -> bool, why: Close) -> usize {
+        let shard = self.shard(user_id).lock().expect("hub lock");
+        let mut closed = 0;
+        for d in shard
+            .get(user_id)
+            .into_iter()
+            .flatten()
+            .filter(|d| which(d))
+        {
+            d.outbox.close(why);
+            closed += 1;
+        }
+        closed
     }
 
     /// Asks every connection to close (shutdown).

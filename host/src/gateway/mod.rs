@@ -10,20 +10,29 @@ pub mod outbox;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use futures_util::SinkExt as _;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use futures_util::{SinkExt as _, StreamExt as _};
+use hyper_util::rt::TokioIo;
 use serde::Deserialize;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes, error::ProtocolError};
 
-use crate::api::{ApiError, AppState, bearer};
-use crate::messaging::Core;
+use crate::api::{ApiError, AppState, Peer, bearer};
+use crate::limits::{Bucket, Guard};
+use crate::messaging::{Core, Session};
 use crate::store::batch::Op;
 use crate::store::now_ms;
 use frames::{Peek, ReadFrame, SendFrame};
 use hub::Device;
-use outbox::Close;
+use outbox::{Close, Frame};
+
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -43,7 +52,7 @@ pub async fn upgrade(
     State(s): State<AppState>,
     query: Result<Query<Connect>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    mut req: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
     let token = q
@@ -51,98 +60,176 @@ pub async fn upgrade(
         .or_else(|| bearer(&headers).map(str::to_string))
         .ok_or_else(ApiError::unauthorized)?;
     let core = s.core.clone();
-    let user_id = core
-        .tokens
-        .verify(&token)
-        .map_err(|e| ApiError::token(&e))?;
+    let session = core.authenticate(&token).await?;
     let device_id = q.device_id.filter(|d| valid_device_id(d)).ok_or_else(|| {
         ApiError::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
     })?;
-    let ws = ws.map_err(|e| ApiError::bad_request(format!("not a WebSocket upgrade: {e}")))?;
-    core.ensure_user(&user_id).await?;
-    let max = core.settings.max_frame_bytes;
-    Ok(ws
-        .max_message_size(max * 4)
-        .max_frame_size(max * 4)
-        .read_buffer_size(1024)
-        .write_buffer_size(0)
-        .on_upgrade(move |socket| run(core, socket, user_id, device_id))
-        .into_response())
+    let accept = accept_key(&headers)?;
+    let on_upgrade = req
+        .extensions_mut()
+        .remove::<hyper::upgrade::OnUpgrade>()
+        .ok_or_else(|| {
+            ApiError::bad_request("not a WebSocket upgrade: this connection cannot be upgraded")
+        })?;
+    let peer = req.extensions().get::<Peer>().cloned();
+    let opened = peer.as_ref().map_or_else(Instant::now, |p| p.accepted_at);
+    let deadline = opened + Duration::from_secs(core.settings.handshake_secs);
+    tokio::spawn(async move {
+        // Holds the connection's place under the connection caps for as long as it lives.
+        let _admitted = peer.map(|p| p.admitted);
+        let upgraded = match tokio::time::timeout_at(deadline.into(), on_upgrade).await {
+            Ok(Ok(upgraded)) => upgraded,
+            Ok(Err(e)) => {
+                tracing::debug!("WebSocket upgrade failed: {e}");
+                return;
+            }
+            Err(_) => {
+                core.guards.count(Guard::HandshakeTimeout);
+                return;
+            }
+        };
+        let max = core.settings.max_frame_bytes;
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(max * 4))
+            .max_frame_size(Some(max * 4))
+            .read_buffer_size(1024)
+            .write_buffer_size(0);
+        let socket =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
+                .await;
+        run(core, socket, session, device_id, deadline).await;
+    });
+    let mut res = Response::new(Body::empty());
+    *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = res.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(
+        header::SEC_WEBSOCKET_ACCEPT,
+        HeaderValue::from_str(&accept).expect("base64 is a header value"),
+    );
+    Ok(res)
 }
 
-/// A token bucket: `rate` per second, up to `burst` at once.
-struct Bucket {
-    tokens: f64,
-    rate: f64,
-    burst: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new(rate: u32, burst: u32) -> Bucket {
-        Bucket {
-            tokens: f64::from(burst),
-            rate: f64::from(rate),
-            burst: f64::from(burst),
-            at: Instant::now(),
-        }
+/// The `Sec-WebSocket-Accept` of a valid upgrade request (RFC 6455 §4.2.1).
+fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    let has = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        })
+    };
+    if !has(header::CONNECTION, "upgrade") || !has(header::UPGRADE, "websocket") {
+        return Err(ApiError::bad_request(
+            "not a WebSocket upgrade: Connection: upgrade and Upgrade: websocket are required",
+        ));
     }
-
-    fn take(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.burst);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return Err(ApiError::bad_request(
+            "not a WebSocket upgrade: Sec-WebSocket-Version must be 13",
+        ));
+    }
+    match headers.get(header::SEC_WEBSOCKET_KEY) {
+        Some(key) if !key.is_empty() => {
+            Ok(tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()))
         }
+        _ => Err(ApiError::bad_request(
+            "not a WebSocket upgrade: Sec-WebSocket-Key is missing",
+        )),
     }
 }
 
-async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id: String) {
+/// How a connection's loop ended.
+enum End {
+    /// The client sent a close frame: it is answered, then the server closes TCP.
+    ClientClosed,
+    /// The connection is gone (closed, reset, or it stopped reading): nothing more to say.
+    Gone,
+    /// The server closes it, for this reason.
+    Close(Close),
+}
+
+async fn run(
+    core: Arc<Core>,
+    mut socket: Socket,
+    session: Session,
+    device_id: String,
+    handshake_deadline: Instant,
+) {
     let set = &core.settings;
-    let device = Arc::new(Device::new(user_id, device_id, set.outbox_frames));
-    // Queued before registering, so even a connection replaced at once says hello first.
-    device.outbox.reply(frames::hello(
+    let device = Arc::new(Device::new(
+        &core.hub,
+        session.user_id,
+        device_id,
+        session.token,
+        set.outbox_frames,
+        set.outbox_bytes,
+    ));
+    let hello = frames::hello(
         &device.user_id,
         &device.device_id,
         device.session,
         set.heartbeat_secs,
         set.max_frame_bytes,
-    ));
+    );
+    // Registered before the hello is written, so a push right after the client read its
+    // hello reaches it; pushes wait in the outbox until the hello is out.
     core.hub.register(device.clone());
+    match tokio::time::timeout_at(handshake_deadline.into(), socket.send(Message::Text(hello)))
+        .await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => {
+            core.hub
+                .unregister(&device.user_id, &device.device_id, device.session);
+            return;
+        }
+        Err(_) => {
+            core.guards.count(Guard::HandshakeTimeout);
+            core.hub
+                .unregister(&device.user_id, &device.device_id, device.session);
+            return;
+        }
+    }
     let heartbeat = Duration::from_secs(set.heartbeat_secs);
     // A client that stops reading blocks our writes once the kernel buffers are full; it
     // gets this long before it is dropped (its outbox stays bounded meanwhile).
     let write_limit = heartbeat.min(WRITE_TIMEOUT);
     let silence = tokio::time::sleep(heartbeat);
     tokio::pin!(silence);
-    let mut bucket = Bucket::new(set.send_rate_per_sec, set.send_burst);
-    let mut out: Vec<Utf8Bytes> = Vec::new();
-    let close = loop {
+    let mut bucket = Bucket::new(f64::from(set.send_rate_per_sec), set.send_burst);
+    let mut out: Vec<Frame> = Vec::new();
+    let end = loop {
         tokio::select! {
             biased;
             closing = device.outbox.next(&mut out) => {
-                match write_all(&mut socket, &mut out, write_limit).await {
+                // A reader that overflows its outbox while a write waits on it is closed at
+                // once: its queue is gone (and the memory of what it held); only the frame
+                // being written remains, then the close frame.
+                let written = tokio::select! {
+                    written = write_all(&mut socket, &mut out, write_limit) => written,
+                    () = device.outbox.overflowed() => break End::Close(Close::SlowConsumer),
+                };
+                match written {
                     Ok(Ok(())) => {}
-                    Ok(Err(_)) => break None,
+                    Ok(Err(_)) => break End::Gone,
                     Err(_) => {
-                        tracing::info!(user = %device.user_id, device = %device.device_id, "closing the connection: it stopped reading");
-                        break None;
+                        tracing::debug!(user = %device.user_id, device = %device.device_id, "dropping the connection: it stopped reading");
+                        break End::Gone;
                     }
                 }
                 if let Some(why) = closing {
-                    break Some(why);
+                    break End::Close(why);
                 }
             }
-            incoming = socket.recv(), if device.may_read() => {
+            incoming = socket.next(), if device.may_read() => {
                 let msg = match incoming {
                     Some(Ok(msg)) => msg,
-                    Some(Err(e)) => break Some(read_failure(&e)),
-                    None => break None,
+                    Some(Err(e)) => break read_failure(e),
+                    None => break End::Gone,
                 };
                 silence.as_mut().reset(tokio::time::Instant::now() + heartbeat);
                 match msg {
@@ -153,57 +240,99 @@ async fn run(core: Arc<Core>, mut socket: WebSocket, user_id: String, device_id:
                         device.in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                         device.answer(frames::error(None, &ApiError::frame("bad_frame", "frames are JSON text, not binary")));
                     }
-                    Message::Close(_) => break None,
-                    Message::Ping(_) | Message::Pong(_) => {}
+                    Message::Close(_) => break End::ClientClosed,
+                    // The WebSocket layer queued the pong: send it now.
+                    Message::Ping(_) => {
+                        if !matches!(tokio::time::timeout(write_limit, socket.flush()).await, Ok(Ok(()))) {
+                            break End::Gone;
+                        }
+                    }
+                    Message::Pong(_) | Message::Frame(_) => {}
                 }
             }
-            () = &mut silence => break Some(Close::Heartbeat),
+            () = &mut silence => break End::Close(Close::Heartbeat),
         }
     };
+    drop(out);
     core.hub
         .unregister(&device.user_id, &device.device_id, device.session);
-    if let Some(why) = close {
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            say_goodbye(&mut socket, why, &device),
-        )
-        .await;
+    match end {
+        // The answer to the client's close frame is queued: send it; the server then
+        // closes TCP first, as RFC 6455 asks.
+        End::ClientClosed => {
+            let _ = tokio::time::timeout(GOODBYE, socket.flush()).await;
+        }
+        End::Gone => {}
+        End::Close(why) => {
+            // A slow consumer may still be reading what the kernel holds for it: it gets
+            // as long for the close frame as any write gets.
+            let grace = if why == Close::SlowConsumer {
+                core.guards.count(Guard::SlowConsumer);
+                write_limit
+            } else {
+                GOODBYE
+            };
+            let _ = tokio::time::timeout(grace, say_goodbye(&mut socket, why, &device)).await;
+        }
     }
 }
 
-/// Tells the client why it is being closed: a `kicked` frame for a replaced connection,
-/// then the close frame.
-async fn say_goodbye(socket: &mut WebSocket, why: Close, device: &Device) {
-    {
-        if why != Close::Replaced {
-            tracing::info!(user = %device.user_id, device = %device.device_id, "closing the connection: {}", why.reason());
-        }
-        if why == Close::Replaced {
-            let _ = socket
-                .send(Message::Text(frames::kicked(
-                    "replaced",
-                    "this device connected again; this connection is closed",
-                )))
-                .await;
-        }
+/// How long the closing handshake may take.
+const GOODBYE: Duration = Duration::from_secs(5);
+
+/// Tells the client why it is being closed (a `kicked` frame for a replaced connection,
+/// then the close frame) and waits for its answering close. After a protocol failure the
+/// stream cannot be read as frames any more (the rest of an oversized frame may still be
+/// arriving): the server stops writing and reads the bytes away until the client closes,
+/// so the close frame is not lost to a TCP reset.
+async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
+    tracing::debug!(user = %device.user_id, device = %device.device_id, "closing the connection: {}", why.reason());
+    let kicked = match why {
+        Close::Replaced => Some("this device connected again; this connection is closed"),
+        Close::Revoked => Some("the token of this connection was revoked; log in again"),
+        Close::Deleted => Some("the account was deleted"),
+        _ => None,
+    };
+    if let Some(message) = kicked {
         let _ = socket
-            .send(Message::Close(Some(CloseFrame {
-                code: why.code(),
-                reason: Utf8Bytes::from_static(why.reason()),
-            })))
+            .send(Message::Text(frames::kicked(why.reason(), message)))
             .await;
     }
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code: why.code().into(),
+            reason: Utf8Bytes::from_static(why.reason()),
+        })))
+        .await;
+    if matches!(why, Close::TooBig | Close::Protocol | Close::NotUtf8) {
+        let io = socket.get_mut();
+        let _ = io.shutdown().await;
+        let mut sink = [0u8; 8192];
+        while let Ok(n) = io.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    } else {
+        while let Some(Ok(msg)) = socket.next().await {
+            if let Message::Close(_) = msg {
+                break;
+            }
+        }
+    }
 }
 
-/// A frame the WebSocket layer refused: above four times the frame limit (1009), or not
-/// WebSocket at all (1002).
-fn read_failure(e: &axum::Error) -> Close {
-    let text = e.to_string();
-    tracing::debug!("WebSocket read failed: {text}");
-    if text.contains("too long") || text.contains("Space limit") {
-        Close::TooBig
-    } else {
-        Close::Protocol
+/// A read the WebSocket layer refused: a frame above four times the frame limit (1009),
+/// text that is not UTF-8 (1007), anything else that is not the protocol (1002); or the
+/// connection simply went away.
+fn read_failure(e: WsError) -> End {
+    tracing::debug!("WebSocket read failed: {e}");
+    match e {
+        WsError::Capacity(_) => End::Close(Close::TooBig),
+        WsError::Utf8(_) => End::Close(Close::NotUtf8),
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => End::Gone,
+        WsError::Protocol(_) => End::Close(Close::Protocol),
+        _ => End::Gone,
     }
 }
 
@@ -213,12 +342,14 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Writes the frames; `Err(Elapsed)` if one of them (or the flush) waited longer than
 /// `limit`, which only a client that stopped reading makes happen.
 async fn write_all(
-    socket: &mut WebSocket,
-    out: &mut Vec<Utf8Bytes>,
+    socket: &mut Socket,
+    out: &mut Vec<Frame>,
     limit: Duration,
-) -> Result<Result<(), axum::Error>, tokio::time::error::Elapsed> {
+) -> Result<Result<(), WsError>, tokio::time::error::Elapsed> {
     for frame in out.drain(..) {
-        if let Err(e) = tokio::time::timeout(limit, socket.feed(Message::Text(frame))).await? {
+        if let Err(e) =
+            tokio::time::timeout(limit, socket.feed(Message::Text(frame.text()))).await?
+        {
             return Ok(Err(e));
         }
     }

@@ -4,10 +4,11 @@
 //! `droppable` frames are dropped first when the queue fills.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use axum::extract::ws::Utf8Bytes;
 use tokio::sync::Notify;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::plugins::Delivery;
 
@@ -16,7 +17,7 @@ use crate::plugins::Delivery;
 pub enum Close {
     /// A newer connection of the same device took over.
     Replaced,
-    /// The outbound queue overflowed with frames that may not be dropped.
+    /// The outbound queue overflowed (frames or bytes) with frames that may not be dropped.
     SlowConsumer,
     /// Nothing heard from the device within the heartbeat.
     Heartbeat,
@@ -26,6 +27,12 @@ pub enum Close {
     TooBig,
     /// Bytes that are not the WebSocket protocol.
     Protocol,
+    /// A text frame that is not UTF-8.
+    NotUtf8,
+    /// The token the connection was opened with was revoked (logout, revoke-all).
+    Revoked,
+    /// The account was deleted.
+    Deleted,
 }
 
 impl Close {
@@ -37,6 +44,9 @@ impl Close {
             Close::Shutdown => 1001,
             Close::TooBig => 1009,
             Close::Protocol => 1002,
+            Close::NotUtf8 => 1007,
+            Close::Revoked => 4003,
+            Close::Deleted => 4004,
         }
     }
 
@@ -48,6 +58,9 @@ impl Close {
             Close::Shutdown => "shutdown",
             Close::TooBig => "frame_too_large",
             Close::Protocol => "protocol_error",
+            Close::NotUtf8 => "invalid_utf8",
+            Close::Revoked => "token_revoked",
+            Close::Deleted => "account_deleted",
         }
     }
 }
@@ -70,59 +83,154 @@ pub type LatestKey = (i64, u64, u32);
 /// `latest` entries kept at most; beyond, the oldest goes.
 const LATEST_MAX: usize = 64;
 
+/// The bytes of every frame waiting for this node's connections (queued, or being
+/// written), each frame counted once however many connections it waits for.
+#[derive(Debug)]
+pub struct NodeBudget {
+    bytes: AtomicUsize,
+    limit: usize,
+}
+
+impl NodeBudget {
+    pub fn new(limit: usize) -> Arc<NodeBudget> {
+        Arc::new(NodeBudget {
+            bytes: AtomicUsize::new(0),
+            limit,
+        })
+    }
+
+    /// Bytes waiting now.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn over(&self) -> bool {
+        self.bytes() > self.limit
+    }
+}
+
+/// A frame on its way to one or more connections. Its bytes count toward the node's
+/// budget until the last connection holding it has written (or dropped) it.
+#[derive(Clone)]
+pub struct Frame(Arc<Counted>);
+
+struct Counted {
+    text: Utf8Bytes,
+    budget: Arc<NodeBudget>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.budget
+            .bytes
+            .fetch_sub(self.text.len(), Ordering::Relaxed);
+    }
+}
+
+impl Frame {
+    pub fn new(text: Utf8Bytes, budget: &Arc<NodeBudget>) -> Frame {
+        budget.bytes.fetch_add(text.len(), Ordering::Relaxed);
+        Frame(Arc::new(Counted {
+            text,
+            budget: budget.clone(),
+        }))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.text.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.text.is_empty()
+    }
+
+    pub fn text(&self) -> Utf8Bytes {
+        self.0.text.clone()
+    }
+}
+
 struct State {
     /// In the order they were queued; a `latest` frame carries its key.
-    frames: VecDeque<(Option<LatestKey>, Utf8Bytes)>,
+    frames: VecDeque<(Option<LatestKey>, Frame)>,
     /// `latest` frames among `frames`.
     latest: usize,
+    /// Bytes of `frames`.
+    queued_bytes: usize,
+    /// Bytes handed to the writer by the last `next` (being written until it asks again).
+    writing_bytes: usize,
     closing: Option<Close>,
     dropped: u64,
+}
+
+impl State {
+    fn held(&self) -> usize {
+        self.queued_bytes + self.writing_bytes
+    }
+
+    fn remove(&mut self, i: usize) {
+        if let Some((_, f)) = self.frames.remove(i) {
+            self.queued_bytes -= f.len();
+        }
+    }
 }
 
 pub struct Outbox {
     state: Mutex<State>,
     ready: Notify,
     limit: usize,
+    byte_limit: usize,
+    budget: Arc<NodeBudget>,
 }
 
 impl Outbox {
-    pub fn new(limit: usize) -> Outbox {
+    /// At most `limit` frames and `byte_limit` bytes wait for this connection.
+    pub fn new(limit: usize, byte_limit: usize, budget: Arc<NodeBudget>) -> Outbox {
         Outbox {
             state: Mutex::new(State {
                 frames: VecDeque::new(),
                 latest: 0,
+                queued_bytes: 0,
+                writing_bytes: 0,
                 closing: None,
                 dropped: 0,
             }),
             ready: Notify::new(),
             limit,
+            byte_limit,
+            budget,
         }
     }
 
     /// Queues a reply (ack, error, pong): never dropped.
     pub fn reply(&self, frame: Utf8Bytes) -> Queued {
-        self.push(frame, Delivery::Live, None)
+        self.push(Frame::new(frame, &self.budget), Delivery::Live, None)
     }
 
     /// Queues a push of the given delivery class.
-    pub fn push(&self, frame: Utf8Bytes, class: Delivery, key: Option<LatestKey>) -> Queued {
+    pub fn push(&self, frame: Frame, class: Delivery, key: Option<LatestKey>) -> Queued {
+        let len = frame.len();
         let mut s = self.state.lock().expect("outbox lock");
         if s.closing.is_some() {
             return Queued::Closed;
         }
+        let node_over = self.budget.over();
         let queued = match (class, key) {
             (Delivery::Latest, Some(key)) => {
                 // The newer frame replaces the waiting one and takes its own place at the
                 // end, so it still follows everything queued before it.
                 let older = s.frames.iter().position(|(k, _)| *k == Some(key));
-                let queued = match older {
+                match older {
                     Some(i) => {
-                        s.frames.remove(i);
+                        s.remove(i);
                         Queued::Coalesced
+                    }
+                    None if node_over || s.held() + len > self.byte_limit * 3 / 4 => {
+                        s.dropped += 1;
+                        return Queued::Dropped;
                     }
                     None if s.latest >= LATEST_MAX => {
                         if let Some(i) = s.frames.iter().position(|(k, _)| k.is_some()) {
-                            s.frames.remove(i);
+                            s.remove(i);
                         }
                         s.dropped += 1;
                         Queued::Yes
@@ -131,30 +239,39 @@ impl Outbox {
                         s.latest += 1;
                         Queued::Yes
                     }
-                };
-                s.frames.push_back((Some(key), frame));
-                queued
+                }
             }
             (Delivery::Droppable | Delivery::Latest, _) => {
-                if s.frames.len() >= self.limit * 3 / 4 {
+                if node_over
+                    || s.frames.len() >= self.limit * 3 / 4
+                    || s.held() + len > self.byte_limit * 3 / 4
+                {
                     s.dropped += 1;
                     return Queued::Dropped;
                 }
-                s.frames.push_back((None, frame));
                 Queued::Yes
             }
             (Delivery::Persistent | Delivery::Live, _) => {
-                if s.frames.len() - s.latest >= self.limit {
+                // Over the node's budget, a connection that is behind (frames still queued)
+                // goes; one that keeps up still gets what is pushed to it.
+                if s.frames.len() - s.latest >= self.limit
+                    || s.held() + len > self.byte_limit
+                    || (node_over && !s.frames.is_empty())
+                {
                     s.closing = Some(Close::SlowConsumer);
                     s.frames.clear();
                     s.latest = 0;
-                    Queued::Overflow
-                } else {
-                    s.frames.push_back((None, frame));
-                    Queued::Yes
+                    s.queued_bytes = 0;
+                    drop(s);
+                    self.ready.notify_one();
+                    return Queued::Overflow;
                 }
+                Queued::Yes
             }
         };
+        s.queued_bytes += len;
+        s.frames
+            .push_back((key.filter(|_| class == Delivery::Latest), frame));
         drop(s);
         self.ready.notify_one();
         queued
@@ -170,18 +287,34 @@ impl Outbox {
         self.ready.notify_one();
     }
 
-    /// Waits until something is queued, then moves it all into `into`. Returns the close
-    /// reason once the connection must close. Cancel-safe.
-    pub async fn next(&self, into: &mut Vec<Utf8Bytes>) -> Option<Close> {
+    /// Waits until something is queued, then moves it all into `into` (whatever it handed
+    /// out before counts as written). Returns the close reason once the connection must
+    /// close. Cancel-safe.
+    pub async fn next(&self, into: &mut Vec<Frame>) -> Option<Close> {
         loop {
             {
                 let mut s = self.state.lock().expect("outbox lock");
                 if !s.frames.is_empty() || s.closing.is_some() {
                     into.extend(s.frames.drain(..).map(|(_, f)| f));
                     s.latest = 0;
+                    s.writing_bytes = s.queued_bytes;
+                    s.queued_bytes = 0;
                     return s.closing;
                 }
+                s.writing_bytes = 0;
             }
+            self.ready.notified().await;
+        }
+    }
+
+    /// Resolves once the outbox overflowed (the connection closes as a slow consumer).
+    pub async fn overflowed(&self) {
+        loop {
+            if self.state.lock().expect("outbox lock").closing == Some(Close::SlowConsumer) {
+                return;
+            }
+            // Pushes wake this too; `next` checks the state before it waits, so a wake-up
+            // taken here is never lost to it.
             self.ready.notified().await;
         }
     }
@@ -189,6 +322,11 @@ impl Outbox {
     /// Frames waiting now.
     pub fn queued(&self) -> usize {
         self.state.lock().expect("outbox lock").frames.len()
+    }
+
+    /// Bytes waiting now, queued or being written.
+    pub fn held_bytes(&self) -> usize {
+        self.state.lock().expect("outbox lock").held()
     }
 
     pub fn limit(&self) -> usize {
@@ -205,13 +343,21 @@ impl Outbox {
 mod tests {
     use super::*;
 
-    fn f(s: &str) -> Utf8Bytes {
-        Utf8Bytes::from(s.to_string())
+    fn budget() -> Arc<NodeBudget> {
+        NodeBudget::new(1 << 30)
+    }
+
+    fn f(s: &str) -> Frame {
+        Frame::new(Utf8Bytes::from(s.to_string()), &budget())
+    }
+
+    fn outbox(frames: usize) -> Outbox {
+        Outbox::new(frames, 1 << 20, budget())
     }
 
     #[tokio::test]
     async fn latest_coalesces_and_droppable_goes_first() {
-        let o = Outbox::new(16);
+        let o = outbox(16);
         assert_eq!(
             o.push(f("t1"), Delivery::Latest, Some((1, 7, 5))),
             Queued::Yes
@@ -231,9 +377,11 @@ mod tests {
         assert_eq!(o.next(&mut out).await, None);
         assert_eq!(out.len(), 13);
         // One typing frame (the newest), where the newest was queued.
-        assert_eq!(out[0].as_str(), "t2");
+        assert_eq!(out[0].text().as_str(), "t2");
         assert_eq!(
-            out.iter().filter(|f| f.as_str().starts_with('t')).count(),
+            out.iter()
+                .filter(|f| f.text().as_str().starts_with('t'))
+                .count(),
             1
         );
         assert_eq!(o.dropped(), 1);
@@ -241,19 +389,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_latest_frame_keeps_its_place_after_earlier_frames() {
-        let o = Outbox::new(16);
+        let o = outbox(16);
         o.push(f("m1"), Delivery::Persistent, None);
         o.push(f("typing"), Delivery::Latest, Some((1, 7, 5)));
         o.push(f("m2"), Delivery::Persistent, None);
         let mut out = Vec::new();
         o.next(&mut out).await;
-        let order: Vec<&str> = out.iter().map(|f| f.as_str()).collect();
+        let order: Vec<String> = out.iter().map(|f| f.text().to_string()).collect();
         assert_eq!(order, ["m1", "typing", "m2"]);
     }
 
     #[tokio::test]
     async fn reliable_frames_overflow_into_a_close() {
-        let o = Outbox::new(16);
+        let o = outbox(16);
         for i in 0..16 {
             o.push(f(&format!("m{i}")), Delivery::Live, None);
         }
@@ -261,5 +409,67 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(o.next(&mut out).await, Some(Close::SlowConsumer));
         assert!(out.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod byte_tests {
+    use super::*;
+
+    fn bytes(n: usize, budget: &Arc<NodeBudget>) -> Frame {
+        Frame::new(Utf8Bytes::from("x".repeat(n)), budget)
+    }
+
+    #[tokio::test]
+    async fn bytes_close_a_slow_reader_before_the_frame_count_does() {
+        let node = NodeBudget::new(1 << 30);
+        let o = Outbox::new(1000, 10_000, node.clone());
+        for _ in 0..9 {
+            assert_eq!(
+                o.push(bytes(1000, &node), Delivery::Persistent, None),
+                Queued::Yes
+            );
+        }
+        // Droppable frames go once three quarters of the bytes are taken.
+        assert_eq!(
+            o.push(bytes(1000, &node), Delivery::Droppable, None),
+            Queued::Dropped
+        );
+        // Bytes handed to the writer still count until it asks for more.
+        let mut out = Vec::new();
+        o.next(&mut out).await;
+        assert_eq!(o.held_bytes(), 9000);
+        assert_eq!(
+            o.push(bytes(1001, &node), Delivery::Persistent, None),
+            Queued::Overflow
+        );
+        assert_eq!(o.next(&mut out).await, Some(Close::SlowConsumer));
+        drop(out);
+        assert_eq!(node.bytes(), 0, "every frame's bytes came back to the node");
+    }
+
+    #[tokio::test]
+    async fn over_the_node_budget_only_readers_that_are_behind_go() {
+        let node = NodeBudget::new(5000);
+        let behind = Outbox::new(1000, 1 << 20, node.clone());
+        let keeping_up = Outbox::new(1000, 1 << 20, node.clone());
+        for _ in 0..5 {
+            assert_eq!(
+                behind.push(bytes(1000, &node), Delivery::Persistent, None),
+                Queued::Yes
+            );
+        }
+        assert_eq!(node.bytes(), 5000, "at the node's budget, not over it");
+        // A frame shared by both counts once.
+        let shared = bytes(100, &node);
+        assert_eq!(
+            keeping_up.push(shared.clone(), Delivery::Persistent, None),
+            Queued::Yes
+        );
+        assert_eq!(
+            behind.push(shared, Delivery::Persistent, None),
+            Queued::Overflow
+        );
+        assert_eq!(node.bytes(), 100);
     }
 }

@@ -78,6 +78,12 @@ pub struct Job {
 /// Attempts of a batch that met a concurrent writer (another node).
 const CONFLICT_RETRIES: usize = 5;
 
+/// Attempts of a batch whose connection broke (the database terminated it, restarted, or
+/// the network dropped it). Safe even when the broken attempt did commit: a send's
+/// `clientMsgId` makes the retry return the original, and read positions only move
+/// forward.
+const BROKEN_RETRIES: usize = 1;
+
 pub async fn run(
     mut rx: mpsc::Receiver<Job>,
     store: Store,
@@ -142,7 +148,7 @@ async fn commit_with_retries(
     recipients: &RecipientCache,
     recall_window_ms: i64,
 ) -> Result<Vec<Outcome>, BatchError> {
-    let mut attempt = 0;
+    let (mut conflicts, mut broken) = (0, 0);
     loop {
         let ctx = BatchContext {
             now: now_ms(),
@@ -151,9 +157,19 @@ async fn commit_with_retries(
             recipients,
         };
         match store.commit(ops, &ctx).await {
-            Err(BatchError::Conflict) if attempt < CONFLICT_RETRIES => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(2 << attempt)).await;
+            Err(BatchError::Conflict) if conflicts < CONFLICT_RETRIES => {
+                conflicts += 1;
+                tokio::time::sleep(Duration::from_millis(2 << conflicts)).await;
+            }
+            // The store now pings connections before use, so the retry runs on a live one.
+            Err(BatchError::Broken(e) | BatchError::BrokenInCommit(e))
+                if broken < BROKEN_RETRIES =>
+            {
+                broken += 1;
+                tracing::warn!(
+                    batch = ops.len(),
+                    "a database connection broke ({e}); running the batch again"
+                );
             }
             other => return other,
         }

@@ -2,10 +2,11 @@
 //! committer (stored kinds: one transaction per batch, ack after commit, push after ack)
 //! or a push to online devices (live kinds, never stored).
 
+mod accounts;
 mod commit;
 mod route;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,12 +17,15 @@ use crate::api::ApiError;
 use crate::auth::{Tokens, valid_user_id};
 use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
 use crate::gateway::hub::{Device, Hub, user_key};
+use crate::limits::Guards;
 use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
 use crate::store::batch::{IdGen, NewMessage, Op, RecipientCache, Refused, Target};
 use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
 use route::Routes;
 
+pub use accounts::Session;
+pub(crate) use accounts::deleted as account_deleted;
 pub use commit::{Answer, Reply};
 
 /// Settings of the send path, from the config at start-up.
@@ -38,6 +42,9 @@ pub struct Settings {
     pub send_rate_per_sec: u32,
     pub send_burst: u32,
     pub outbox_frames: usize,
+    pub outbox_bytes: usize,
+    pub node_outbox_bytes: usize,
+    pub handshake_secs: u64,
     pub registration: bool,
     pub max_group_members: u32,
 }
@@ -66,13 +73,16 @@ pub struct Core {
     pub hub: Arc<Hub>,
     pub tokens: Tokens,
     pub settings: Settings,
+    /// What the server refused or cut off, counted for the logs (and the metrics).
+    pub guards: Arc<Guards>,
     /// One queue per committer.
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
     /// Members by conversation, for live sends, with their roles, mutes and blocks; dropped
     /// by every change this node commits to them.
     members: Mutex<HashMap<i64, Members>>,
-    known_users: Mutex<HashSet<String>>,
+    /// What this node read of each account seen in a token (`accounts.rs`).
+    accounts: Mutex<HashMap<String, accounts::Account>>,
     /// Message ids (the committers' and the server's tips).
     pub(crate) ids: Arc<IdGen>,
     /// Moves on with every change of the member cache, so a read that raced a change does
@@ -87,7 +97,7 @@ impl Core {
         tokens: Tokens,
         settings: Settings,
     ) -> Arc<Core> {
-        let hub = Arc::new(Hub::new());
+        let hub = Arc::new(Hub::new(settings.node_outbox_bytes));
         let committers = match store.dialect() {
             Dialect::Sqlite => 1,
             Dialect::Postgres => settings.committers,
@@ -115,29 +125,14 @@ impl Core {
             hub,
             tokens,
             settings,
+            guards: Arc::new(Guards::default()),
             commits,
             routes,
             members: Mutex::new(HashMap::new()),
-            known_users: Mutex::new(HashSet::new()),
+            accounts: Mutex::new(HashMap::new()),
             ids,
             generation: AtomicU64::new(0),
         })
-    }
-
-    /// Records a user seen in a valid token, once per process.
-    pub async fn ensure_user(&self, user_id: &str) -> Result<(), ApiError> {
-        if self.known_users.lock().expect("users").contains(user_id) {
-            return Ok(());
-        }
-        self.store
-            .ensure_user(user_id)
-            .await
-            .map_err(ApiError::store)?;
-        self.known_users
-            .lock()
-            .expect("users")
-            .insert(user_id.to_string());
-        Ok(())
     }
 
     /// Limits and the plugin's verdict. Runs the plugin on the caller's thread (its fuel
@@ -355,6 +350,13 @@ impl Core {
     }
 
     /// Drops the cached members of a conversation whose membership changed.
+    /// Forgets every conversation's members (an account was renamed in all of them).
+    pub(crate) fn forget_all_members(&self) {
+        let mut cache = self.members.lock().expect("members");
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        cache.clear();
+    }
+
     pub(crate) fn forget_members(&self, conversation_id: i64) {
         let mut cache = self.members.lock().expect("members");
         self.generation.fetch_add(1, Ordering::AcqRel);

@@ -9,7 +9,7 @@ use super::{Effects, OpError, value};
 use crate::api::ApiError;
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
-use crate::store::batch::{Refused, pair, resolve_pairs};
+use crate::store::batch::{Refused, committing, pair, resolve_pairs};
 use crate::store::groups::{append_system, lock_head};
 use crate::store::now_ms;
 use crate::store::social::{self as q, FriendRequest, RequestState};
@@ -78,7 +78,7 @@ impl Core {
             self.accept(&mut tx, &mut w, &mut fx, theirs, me, now)
                 .await?;
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             return Ok((json!({ "requestId": id, "state": "accepted" }), fx));
         }
         let request = match q::request_between(&mut tx, me, to).await? {
@@ -107,7 +107,7 @@ impl Core {
         w.append(me, "friend.request", Some(FRIEND_REQUEST), &data);
         w.append(to, "friend.request", Some(FRIEND_REQUEST), &data);
         fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-        tx.commit().await?;
+        tx.commit().await.map_err(committing)?;
         Ok((
             json!({ "requestId": request.request_id, "state": "pending" }),
             fx,
@@ -264,7 +264,7 @@ impl Core {
             }
         };
         fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-        tx.commit().await?;
+        tx.commit().await.map_err(committing)?;
         Ok((
             json!({ "requestId": request_id, "state": state.as_str() }),
             fx,
@@ -303,7 +303,7 @@ impl Core {
                 events: w.finish(self.store.dialect(), &mut tx).await?,
                 ..Effects::default()
             };
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok(((), fx))
         })
         .await
@@ -331,7 +331,7 @@ impl Core {
                 members_changed: change.conversation_id,
                 ..Effects::default()
             };
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok(((), fx))
         })
         .await

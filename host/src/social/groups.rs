@@ -13,7 +13,7 @@ use super::{Effects, OpError, value};
 use crate::api::ApiError;
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
-use crate::store::batch::Refused;
+use crate::store::batch::{Refused, committing};
 use crate::store::groups::{
     self as q, Group, Head, Member, MemberState, Role, append_system, lock_head,
 };
@@ -303,7 +303,7 @@ impl Core {
                 events: w.finish(self.store.dialect(), &mut tx).await?,
                 members_changed: Some(head.conversation_id),
             };
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok((info(&group), fx))
         })
         .await
@@ -381,7 +381,7 @@ impl Core {
             }
             q::save_group(&mut tx, g, now).await?;
             let recipients = self.tip_recipients(&mut tx, id, &[]).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             let fx = Effects {
                 tips: vec![(tip, recipients)],
                 // Live sends cache the group's mute-all with its members.
@@ -544,7 +544,7 @@ impl Core {
                     .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
             }
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok((new, fx))
         })
         .await
@@ -620,7 +620,7 @@ impl Core {
                     .push((tip, self.tip_recipients(&mut tx, id, &kicked).await?));
             }
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok((kicked, fx))
         })
         .await
@@ -667,7 +667,7 @@ impl Core {
                 ));
             }
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok(((), fx))
         })
         .await
@@ -725,7 +725,7 @@ impl Core {
                 events: w.finish(self.store.dialect(), &mut tx).await?,
                 members_changed: Some(id),
             };
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok(((), fx))
         })
         .await
@@ -796,7 +796,7 @@ impl Core {
                     .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
             }
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             let answer = match role {
                 Role::Owner => info(&l.group),
                 _ => json!({ "userId": user, "role": role.as_str() }),
@@ -881,7 +881,7 @@ impl Core {
                 fx.tips.push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
             }
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok((json!({ "userId": user, "mutedUntil": until }), fx))
         })
         .await
@@ -975,7 +975,7 @@ impl Core {
                 }
             };
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok((answer, fx))
         })
         .await
@@ -1071,7 +1071,7 @@ impl Core {
             self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
                 .await?;
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await?;
+            tx.commit().await.map_err(committing)?;
             Ok((
                 json!({ "requestId": r.request_id, "state": r.state_str() }),
                 fx,

@@ -6,6 +6,7 @@
 //! Only then are the tips and events pushed (`Effects`). A transaction that lost a race
 //! with another writer (PostgreSQL: deadlock, unique key) runs again.
 
+mod accounts;
 mod friends;
 mod groups;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use accounts::deleted_answer;
 pub use friends::Decision;
 pub use groups::{GroupPatch, NewGroup, info as groups_info};
 
@@ -74,7 +76,7 @@ impl Core {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<(T, Effects), OpError>>,
     {
-        let mut attempt = 0;
+        let (mut attempt, mut broken) = (0, false);
         loop {
             match once().await {
                 Ok((value, effects)) => {
@@ -85,7 +87,20 @@ impl Core {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(2 << attempt)).await;
                 }
-                Err(OpError::Db(e)) => return Err(ApiError::batch(e)),
+                // Broken before COMMIT: nothing was written; run it once more (the store
+                // pings connections before use now). Broken in COMMIT is not retried: the
+                // change may have been made.
+                Err(OpError::Db(BatchError::Broken(e))) if !broken => {
+                    broken = true;
+                    self.store.note(&e);
+                    tracing::warn!("a database connection broke ({e}); running the change again");
+                }
+                Err(OpError::Db(e)) => {
+                    if let Some(e) = e.source_error() {
+                        self.store.note(e);
+                    }
+                    return Err(ApiError::batch(e));
+                }
                 Err(OpError::Refused(e)) => return Err(e),
             }
         }

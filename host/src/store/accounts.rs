@@ -1,8 +1,18 @@
-//! Users and the server's own secrets.
+//! Users, their revoked tokens, and the server's own secrets.
 
 use sqlx::Row as _;
 
 use super::{Store, now_ms};
+
+/// What authentication needs of an account.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountRow {
+    /// Tokens issued before this Unix second are refused.
+    pub tokens_valid_from: i64,
+    pub deleted: bool,
+    /// Tokens revoked one by one (hex id, expiry in Unix seconds), not yet expired.
+    pub revoked: Vec<(String, i64)>,
+}
 
 impl Store {
     /// Creates a user with a password hash; `false` if the id is taken.
@@ -19,23 +29,26 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// `None`: no such user; `Some(None)`: a user known only from tokens (no password).
+    /// `None`: no such user (or a deleted one); `Some(None)`: a user known only from
+    /// tokens (no password).
     pub async fn password_hash(&self, user_id: &str) -> sqlx::Result<Option<Option<String>>> {
-        let row = sqlx::query("SELECT password_hash FROM users WHERE user_id = $1")
-            .bind(user_id)
-            .fetch_optional(self.read())
-            .await?;
+        let row = sqlx::query(
+            "SELECT password_hash FROM users WHERE user_id = $1 AND deleted_at IS NULL",
+        )
+        .bind(user_id)
+        .fetch_optional(self.read())
+        .await?;
         row.map(|r| r.try_get::<Option<String>, _>(0)).transpose()
     }
 
-    /// Records a user first seen in a token, so others can message them.
-    pub async fn ensure_user(&self, user_id: &str) -> sqlx::Result<()> {
-        let known = sqlx::query("SELECT 1 FROM users WHERE user_id = $1")
+    /// The account of a user seen in a valid token, recording a user first seen that way
+    /// (so others can message them).
+    pub async fn account(&self, user_id: &str) -> sqlx::Result<AccountRow> {
+        let row = sqlx::query("SELECT tokens_valid_from, deleted_at FROM users WHERE user_id = $1")
             .bind(user_id)
             .fetch_optional(self.read())
-            .await?
-            .is_some();
-        if !known {
+            .await?;
+        let Some(row) = row else {
             sqlx::query(
                 "INSERT INTO users (user_id, password_hash, created_at) VALUES ($1, NULL, $2) \
                  ON CONFLICT (user_id) DO NOTHING",
@@ -44,8 +57,102 @@ impl Store {
             .bind(now_ms())
             .execute(self.write())
             .await?;
+            return Ok(AccountRow::default());
+        };
+        let mut account = AccountRow {
+            tokens_valid_from: row.try_get(0)?,
+            deleted: row.try_get::<Option<i64>, _>(1)?.is_some(),
+            revoked: Vec::new(),
+        };
+        let now = now_ms() / 1000;
+        for r in sqlx::query(
+            "SELECT token_id, expires_at FROM revoked_tokens WHERE user_id = $1 AND expires_at >= $2",
+        )
+        .bind(user_id)
+        .bind(now)
+        .fetch_all(self.read())
+        .await?
+        {
+            account.revoked.push((r.try_get(0)?, r.try_get(1)?));
         }
-        Ok(())
+        Ok(account)
+    }
+
+    /// Revokes one token (hex id) until its expiry; forgets revocations that expired.
+    pub async fn revoke_token(
+        &self,
+        user_id: &str,
+        token_id: &str,
+        expires_at: i64,
+    ) -> sqlx::Result<()> {
+        let mut tx = self.write().begin().await?;
+        sqlx::query(
+            "INSERT INTO revoked_tokens (token_id, user_id, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (token_id) DO NOTHING",
+        )
+        .bind(token_id)
+        .bind(user_id)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+        // Past its exp (and the clock leeway) a token is refused anyway.
+        sqlx::query("DELETE FROM revoked_tokens WHERE expires_at < $1")
+            .bind(now_ms() / 1000 - 3600)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// Refuses every token of the user issued before `valid_from` (Unix seconds), and every
+    /// token issued so far: a cut-off already at or past `valid_from` (tokens issued since
+    /// the last revoke-all carry it as their `iat`) moves one second further. The cut-off
+    /// in force.
+    pub async fn revoke_tokens_before(&self, user_id: &str, valid_from: i64) -> sqlx::Result<i64> {
+        sqlx::query(
+            "UPDATE users SET tokens_valid_from = CASE WHEN tokens_valid_from >= $2 \
+             THEN tokens_valid_from + 1 ELSE $2 END WHERE user_id = $1",
+        )
+        .bind(user_id)
+        .bind(valid_from)
+        .execute(self.write())
+        .await?;
+        sqlx::query("SELECT tokens_valid_from FROM users WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_optional(self.write())
+            .await?
+            .map_or(Ok(valid_from), |r| r.try_get(0))
+    }
+
+    /// The cut-off of the user's last revoke-all (Unix seconds; 0: none).
+    pub async fn tokens_valid_from(&self, user_id: &str) -> sqlx::Result<i64> {
+        sqlx::query("SELECT tokens_valid_from FROM users WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_optional(self.read())
+            .await?
+            .map_or(Ok(0), |r| r.try_get(0))
+    }
+
+    /// Drops a user stream (a deleted account's alias's: no one reads it).
+    pub async fn drop_user_stream(&self, user_id: &str) -> sqlx::Result<()> {
+        let mut tx = self.write().begin().await?;
+        for table in ["user_events", "user_streams"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE user_id = $1"))
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await
+    }
+
+    /// The alias of a deleted account (`None`: not deleted, or no such user).
+    pub async fn deleted_alias(&self, user_id: &str) -> sqlx::Result<Option<String>> {
+        sqlx::query("SELECT alias FROM users WHERE user_id = $1 AND deleted_at IS NOT NULL")
+            .bind(user_id)
+            .fetch_optional(self.read())
+            .await?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map(Option::flatten)
     }
 
     /// The secret stored under `name`, storing `fresh` first if there is none. Two servers
@@ -63,5 +170,289 @@ impl Store {
             .fetch_one(self.write())
             .await?
             .try_get(0)
+    }
+}
+
+/// Gives a deleted account's rows its alias: every membership, read position, message,
+/// friendship, request and block of `from` becomes `to`'s, its pending join requests go,
+/// its own user stream goes, its private conversations are marked (members.state 4) so
+/// sends to them are refused, and the groups it was in move to a new version (their
+/// cached member lists name `from`). The `users` row stays as the tombstone: deleted, no
+/// password, its alias noted, no token valid. Runs inside the caller's transaction.
+pub(crate) async fn rename_account(
+    conn: &mut sqlx::AnyConnection,
+    from: &str,
+    to: &str,
+    now: i64,
+) -> sqlx::Result<()> {
+    // Private pairs are ordered (lo < hi, as `batch::pair` orders): rewritten whole.
+    let pairs = sqlx::query(
+        "SELECT user_lo, user_hi, conversation_id FROM private_pairs WHERE user_lo = $1 OR user_hi = $1",
+    )
+    .bind(from)
+    .fetch_all(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM private_pairs WHERE user_lo = $1 OR user_hi = $1")
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
+    for row in pairs {
+        let (lo, hi, id): (String, String, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let other = if lo == from { hi } else { lo };
+        let (lo, hi) = super::batch::pair(to, &other);
+        sqlx::query(
+            "INSERT INTO private_pairs (user_lo, user_hi, conversation_id) VALUES ($1, $2, $3)",
+        )
+        .bind(lo)
+        .bind(hi)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query("DELETE FROM group_join_requests WHERE user_id = $1 AND state = 0")
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM user_events WHERE user_id = $1")
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM user_streams WHERE user_id = $1")
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM revoked_tokens WHERE user_id = $1")
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
+    const COLUMNS: [(&str, &str); 13] = [
+        ("messages", "sender_id"),
+        ("members", "user_id"),
+        ("member_intervals", "user_id"),
+        ("read_positions", "user_id"),
+        ("group_info", "owner_id"),
+        ("group_join_requests", "user_id"),
+        ("group_join_requests", "decided_by"),
+        ("friend_requests", "from_user"),
+        ("friend_requests", "to_user"),
+        ("friendships", "user_id"),
+        ("friendships", "friend_id"),
+        ("blocks", "blocker"),
+        ("blocks", "blocked"),
+    ];
+    for (table, column) in COLUMNS {
+        sqlx::query(&format!(
+            "UPDATE {table} SET {column} = $1 WHERE {column} = $2"
+        ))
+        .bind(to)
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query(
+        "UPDATE members SET state = $2 WHERE user_id = $1 AND conversation_id IN \
+         (SELECT conversation_id FROM conversations WHERE conversation_type = 1)",
+    )
+    .bind(to)
+    .bind(super::batch::MEMBER_DELETED)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE group_info SET version = version + 1, updated_at = $2 WHERE conversation_id IN \
+         (SELECT conversation_id FROM members WHERE user_id = $1)",
+    )
+    .bind(to)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE users SET password_hash = NULL, deleted_at = COALESCE(deleted_at, $2), alias = $3, \
+         tokens_valid_from = $4 WHERE user_id = $1",
+    )
+    .bind(from)
+    .bind(now)
+    .bind(to)
+    .bind(i64::MAX / 2)
+    .execute(&mut *conn)
+    .await?;
+    // The alias is a user id too: its tombstone keeps anyone from taking it.
+    sqlx::query(
+        "INSERT INTO users (user_id, password_hash, created_at, tokens_valid_from, deleted_at, alias) \
+         VALUES ($1, NULL, $2, $3, $2, $1) ON CONFLICT (user_id) DO NOTHING",
+    )
+    .bind(to)
+    .bind(now)
+    .bind(i64::MAX / 2)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Keys of a stored JSON payload whose string values are user ids.
+fn names_users(key: &str) -> bool {
+    key.ends_with("Id") || key.ends_with("Ids") || key == "by" || key == "mentions"
+}
+
+/// Replaces `from` by `to` wherever a user id field of `v` holds it; whether it did.
+pub(crate) fn rename_in_json(v: &mut serde_json::Value, from: &str, to: &str) -> bool {
+    use serde_json::Value;
+    fn ids(v: &mut Value, from: &str, to: &str) -> bool {
+        match v {
+            Value::String(s) if s == from => {
+                *s = to.to_string();
+                true
+            }
+            Value::Array(items) => items.iter_mut().fold(false, |a, i| ids(i, from, to) | a),
+            _ => false,
+        }
+    }
+    match v {
+        Value::Object(map) => map.iter_mut().fold(false, |changed, (k, v)| {
+            let here = if names_users(k) {
+                ids(v, from, to)
+            } else {
+                false
+            };
+            here | rename_in_json(v, from, to) | changed
+        }),
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |a, i| rename_in_json(i, from, to) | a),
+        _ => false,
+    }
+}
+
+/// Rows rewritten per transaction by `rename_in_payloads`.
+const REWRITE_CHUNK: usize = 256;
+
+impl Store {
+    /// Rewrites the user id `from` to `to` inside stored payloads that name it: messages of
+    /// the conversations `to` is or was in (tips, mentions) and the user-stream events of
+    /// the users who shared a conversation, a friendship or a request with it. In small
+    /// transactions, so writers are not held up; safe to run again.
+    pub async fn rename_in_payloads(&self, from: &str, to: &str) -> sqlx::Result<u64> {
+        let pattern = format!("%\"{from}\"%");
+        let mut rewritten = 0;
+        let conversations: Vec<i64> =
+            sqlx::query("SELECT conversation_id FROM members WHERE user_id = $1")
+                .bind(to)
+                .fetch_all(self.read())
+                .await?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+        for id in conversations {
+            let mut after = 0i64;
+            loop {
+                let rows = sqlx::query(
+                    "SELECT seq, payload FROM messages WHERE conversation_id = $1 AND seq > $2 \
+                     AND payload LIKE $3 ORDER BY seq LIMIT $4",
+                )
+                .bind(id)
+                .bind(after)
+                .bind(&pattern)
+                .bind(REWRITE_CHUNK as i64)
+                .fetch_all(self.read())
+                .await?;
+                let Some(last) = rows.last() else { break };
+                after = last.try_get(0)?;
+                let mut tx = self.write().begin().await?;
+                for row in &rows {
+                    let seq: i64 = row.try_get(0)?;
+                    let text: String = row.try_get(1)?;
+                    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                        continue;
+                    };
+                    if rename_in_json(&mut v, from, to) {
+                        sqlx::query("UPDATE messages SET payload = $1 WHERE conversation_id = $2 AND seq = $3")
+                            .bind(v.to_string())
+                            .bind(id)
+                            .bind(seq)
+                            .execute(&mut *tx)
+                            .await?;
+                        rewritten += 1;
+                    }
+                }
+                tx.commit().await?;
+                if rows.len() < REWRITE_CHUNK {
+                    break;
+                }
+            }
+        }
+        let related: Vec<String> = sqlx::query(
+            "SELECT user_id FROM members WHERE conversation_id IN \
+               (SELECT conversation_id FROM members WHERE user_id = $1) \
+             UNION SELECT friend_id FROM friendships WHERE user_id = $1 \
+             UNION SELECT user_id FROM friendships WHERE friend_id = $1 \
+             UNION SELECT from_user FROM friend_requests WHERE to_user = $1 \
+             UNION SELECT to_user FROM friend_requests WHERE from_user = $1 \
+             UNION SELECT blocker FROM blocks WHERE blocked = $1",
+        )
+        .bind(to)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+        for user in related.iter().filter(|u| *u != to) {
+            let rows = sqlx::query(
+                "SELECT epoch, seq, data FROM user_events WHERE user_id = $1 AND data LIKE $2",
+            )
+            .bind(user)
+            .bind(&pattern)
+            .fetch_all(self.read())
+            .await?;
+            if rows.is_empty() {
+                continue;
+            }
+            let mut tx = self.write().begin().await?;
+            for row in &rows {
+                let (epoch, seq, text): (i64, i64, String) =
+                    (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+                let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) else {
+                    continue;
+                };
+                if rename_in_json(&mut v, from, to) {
+                    sqlx::query(
+                        "UPDATE user_events SET data = $1 WHERE user_id = $2 AND epoch = $3 AND seq = $4",
+                    )
+                    .bind(v.to_string())
+                    .bind(user)
+                    .bind(epoch)
+                    .bind(seq)
+                    .execute(&mut *tx)
+                    .await?;
+                    rewritten += 1;
+                }
+            }
+            tx.commit().await?;
+        }
+        Ok(rewritten)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rename_in_json;
+    use serde_json::json;
+
+    #[test]
+    fn only_user_id_fields_are_renamed() {
+        let mut v = json!({
+            "operatorId": "alice", "userIds": ["bob", "alice"], "name": "alice",
+            "kickedUserIds": ["alice"], "by": "alice", "mentions": ["alice"],
+            "text": "hi \"alice\"", "nested": {"fromUserId": "alice", "message": "alice"},
+        });
+        assert!(rename_in_json(&mut v, "alice", "deleted:1"));
+        assert_eq!(
+            v,
+            json!({
+                "operatorId": "deleted:1", "userIds": ["bob", "deleted:1"], "name": "alice",
+                "kickedUserIds": ["deleted:1"], "by": "deleted:1", "mentions": ["deleted:1"],
+                "text": "hi \"alice\"", "nested": {"fromUserId": "deleted:1", "message": "alice"},
+            })
+        );
+        assert!(!rename_in_json(&mut json!({"name": "alice"}), "alice", "x"));
     }
 }

@@ -144,8 +144,35 @@ pub enum BatchError {
     /// Another writer (a second node) got there first; the batch is safe to run again.
     #[error("a concurrent writer changed the same rows")]
     Conflict,
+    /// The connection broke before `COMMIT` was sent: nothing was written, and the
+    /// transaction may run again on another connection.
+    #[error("the database connection broke: {0}")]
+    Broken(sqlx::Error),
+    /// The connection broke while committing: the transaction may or may not have
+    /// committed.
+    #[error("the database connection broke while committing: {0}")]
+    BrokenInCommit(sqlx::Error),
     #[error("database: {0}")]
     Db(sqlx::Error),
+}
+
+impl BatchError {
+    /// The database error behind it, if any.
+    pub fn source_error(&self) -> Option<&sqlx::Error> {
+        match self {
+            BatchError::Conflict => None,
+            BatchError::Broken(e) | BatchError::BrokenInCommit(e) | BatchError::Db(e) => Some(e),
+        }
+    }
+}
+
+/// The error of a transaction's `COMMIT`: a broken connection there leaves the outcome
+/// unknown.
+pub fn committing(e: sqlx::Error) -> BatchError {
+    match classify(e) {
+        BatchError::Broken(e) => BatchError::BrokenInCommit(e),
+        other => other,
+    }
 }
 
 impl From<sqlx::Error> for BatchError {
@@ -244,7 +271,12 @@ struct Members {
     current_arc: Option<Arc<[String]>>,
     /// Private conversations: the member who blocks the other, if any.
     blockers: Vec<String>,
+    /// Private conversations: the member whose account was deleted (its alias), if any.
+    deleted: Option<String>,
 }
+
+/// `members.state` of a private conversation's member whose account was deleted.
+pub(crate) const MEMBER_DELETED: i64 = 4;
 
 impl Members {
     fn recipients(&mut self) -> Arc<[String]> {
@@ -269,10 +301,17 @@ impl Store {
         ops: &[Op],
         ctx: &BatchContext<'_>,
     ) -> Result<Vec<Outcome>, BatchError> {
-        let mut tx = self.write().begin().await?;
-        let outcomes = run(self.dialect(), &mut tx, ops, ctx).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(outcomes)
+        let attempt = async {
+            let mut tx = self.write().begin().await?;
+            let outcomes = run(self.dialect(), &mut tx, ops, ctx).await?;
+            tx.commit().await.map_err(committing)?;
+            Ok(outcomes)
+        };
+        attempt.await.inspect_err(|e: &BatchError| {
+            if let Some(e) = e.source_error() {
+                self.note(e);
+            }
+        })
     }
 }
 
@@ -286,6 +325,7 @@ fn classify(e: sqlx::Error) -> BatchError {
         {
             BatchError::Conflict
         }
+        _ if super::is_broken(&e) => BatchError::Broken(e),
         _ => BatchError::Db(e),
     }
 }
@@ -519,6 +559,9 @@ async fn send(
     if mem.blockers.iter().any(|u| u != &m.sender_id) {
         return Ok(Err(Refused::Blocked));
     }
+    if let Some(alias) = &mem.deleted {
+        return Ok(Err(Refused::UserNotFound(alias.clone())));
+    }
     if let Some(target) = m.recalls {
         flush(d, conn, pending).await?;
         let row = sqlx::query(
@@ -727,7 +770,8 @@ pub(crate) async fn resolve_pairs(
     Ok(found)
 }
 
-/// Creates the private conversations of `missing` (pairs without one, of known users).
+/// Creates the private conversations of `missing` (pairs without one, of known users that
+/// were not deleted).
 async fn create_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -745,7 +789,7 @@ async fn create_pairs(
     users.sort_unstable();
     users.dedup();
     let sql = format!(
-        "SELECT user_id FROM users WHERE user_id IN ({})",
+        "SELECT user_id FROM users WHERE user_id IN ({}) AND deleted_at IS NULL",
         placeholders(d, 1, users.len())
     );
     let mut q = sqlx::query(&sql);
@@ -880,7 +924,7 @@ async fn lock_heads(
         let sql = format!(
             "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
              m.user_id, m.left_at_seq, \
-             m.blocks_peer \
+             m.blocks_peer, m.state \
              FROM conversations c \
              LEFT JOIN members m ON m.conversation_id = c.conversation_id AND c.conversation_type = 1 \
              WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
@@ -908,6 +952,9 @@ async fn lock_heads(
                 }
                 if row.try_get::<Option<i64>, _>(6)?.unwrap_or(0) != 0 {
                     entry.blockers.push(user.clone());
+                }
+                if row.try_get::<Option<i64>, _>(7)? == Some(MEMBER_DELETED) {
+                    entry.deleted = Some(user.clone());
                 }
                 entry.any.insert(user, left_at);
             }

@@ -13,11 +13,18 @@ pub mod stream;
 pub mod sync;
 
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt as _, StreamExt as _, TryFutureExt as _, TryStreamExt as _};
+use sqlx::any::{
+    AnyConnectOptions, AnyPoolOptions, AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo,
+};
 use sqlx::migrate::Migrator;
-use sqlx::{AnyPool, Executor as _};
+use sqlx::{Any, AnyPool, Connection as _, Either, Execute, Executor as _};
 
 use crate::config::{SqliteSync, StorageConfig};
 
@@ -52,12 +59,128 @@ pub struct Store {
     /// writers queue here instead of failing with `SQLITE_BUSY`.
     write: AnyPool,
     dialect: Dialect,
+    health: Arc<Health>,
+}
+
+/// Whether the database's connections can be trusted. Pooled connections are not pinged
+/// before use (a round trip each); once one is found broken — the server terminated it,
+/// restarted, or the network dropped it — the others may be dead too, so for a while every
+/// connection is pinged as it leaves the pool and a dead one is closed instead of failing
+/// its request.
+#[derive(Debug, Default)]
+pub struct Health {
+    suspect_until_ms: AtomicI64,
+}
+
+/// How long connections are pinged before use after one was found broken.
+const SUSPECT_MS: i64 = 5_000;
+
+impl Health {
+    /// Notes a failed statement: a broken connection makes every pooled one suspect.
+    pub fn note(&self, e: &sqlx::Error) {
+        if is_broken(e) {
+            self.suspect_until_ms
+                .store(now_ms() + SUSPECT_MS, Ordering::Relaxed);
+        }
+    }
+
+    fn suspect(&self) -> bool {
+        now_ms() < self.suspect_until_ms.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether `e` says the connection itself is gone (rather than the statement failing):
+/// I/O and protocol errors, PostgreSQL's connection exceptions (class 08) and its
+/// shutdown codes (`57P01` terminated by the administrator, `57P02` crash, `57P03` not
+/// accepting connections yet).
+pub fn is_broken(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|c| c.starts_with("08") || matches!(&*c, "57P01" | "57P02" | "57P03")),
+        _ => false,
+    }
+}
+
+/// One of the store's pools, noting every failure of a statement, a `BEGIN` or an acquire
+/// in the store's `Health`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Db<'a> {
+    pool: &'a AnyPool,
+    health: &'a Health,
+}
+
+impl Db<'_> {
+    pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Any>> {
+        self.pool.begin().await.inspect_err(|e| self.health.note(e))
+    }
+
+    pub async fn acquire(&self) -> sqlx::Result<sqlx::pool::PoolConnection<Any>> {
+        self.pool
+            .acquire()
+            .await
+            .inspect_err(|e| self.health.note(e))
+    }
+}
+
+impl<'c> sqlx::Executor<'c> for Db<'c> {
+    type Database = Any;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, sqlx::Result<Either<AnyQueryResult, AnyRow>>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let health = self.health;
+        self.pool
+            .fetch_many(query)
+            .inspect_err(move |e| health.note(e))
+            .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, sqlx::Result<Option<AnyRow>>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let health = self.health;
+        self.pool
+            .fetch_optional(query)
+            .inspect_err(move |e| health.note(e))
+            .boxed()
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [AnyTypeInfo],
+    ) -> BoxFuture<'e, sqlx::Result<AnyStatement<'q>>>
+    where
+        'c: 'e,
+    {
+        self.pool.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, sqlx::Result<sqlx::Describe<Any>>>
+    where
+        'c: 'e,
+    {
+        self.pool.describe(sql)
+    }
 }
 
 impl Store {
     /// Opens (creating a SQLite file if missing) and migrates the database.
     pub async fn open(cfg: &StorageConfig) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
+        let health = Arc::new(Health::default());
         let open_err = |source| StoreError::Open {
             url: redact(&cfg.url),
             source,
@@ -100,13 +223,21 @@ impl Store {
                 read,
                 write,
                 dialect: Dialect::Sqlite,
+                health,
             }
         } else {
-            // No ping before each use: a broken connection fails its statement, the batch
-            // rolls back and is answered `store_unavailable`, and the pool replaces it.
+            // No ping before each use while the database is healthy (a round trip each).
+            // Once a connection is found broken, every connection is pinged before use
+            // for a while, and a dead one is closed instead of failing its request; the
+            // batch that met the broken one runs again (`messaging::commit`).
+            let pinging = health.clone();
             let pool = AnyPoolOptions::new()
                 .max_connections(cfg.max_connections + cfg.committers as u32)
                 .test_before_acquire(false)
+                .before_acquire(move |conn, _| {
+                    let health = pinging.clone();
+                    Box::pin(async move { Ok(!health.suspect() || conn.ping().await.is_ok()) })
+                })
                 .acquire_timeout(Duration::from_secs(30))
                 // The batch statements are prepared once and run with new values every
                 // time; a generic plan for their `IN (VALUES …)` lists can turn an index
@@ -125,6 +256,7 @@ impl Store {
                 read: pool.clone(),
                 write: pool,
                 dialect: Dialect::Postgres,
+                health,
             }
         };
         let migrator = match store.dialect {
@@ -145,12 +277,23 @@ impl Store {
         self.dialect
     }
 
-    pub(crate) fn read(&self) -> &AnyPool {
-        &self.read
+    pub(crate) fn read(&self) -> Db<'_> {
+        Db {
+            pool: &self.read,
+            health: &self.health,
+        }
     }
 
-    pub(crate) fn write(&self) -> &AnyPool {
-        &self.write
+    pub(crate) fn write(&self) -> Db<'_> {
+        Db {
+            pool: &self.write,
+            health: &self.health,
+        }
+    }
+
+    /// Notes a failed statement of a transaction (see `Health`).
+    pub fn note(&self, e: &sqlx::Error) {
+        self.health.note(e);
     }
 
     pub async fn close(&self) {

@@ -63,11 +63,13 @@ fn request_from(r: &AnyRow) -> sqlx::Result<FriendRequest> {
 }
 
 pub async fn user_exists(conn: &mut AnyConnection, user_id: &str) -> sqlx::Result<bool> {
-    Ok(sqlx::query("SELECT 1 FROM users WHERE user_id = $1")
-        .bind(user_id)
-        .fetch_optional(conn)
-        .await?
-        .is_some())
+    Ok(
+        sqlx::query("SELECT 1 FROM users WHERE user_id = $1 AND deleted_at IS NULL")
+            .bind(user_id)
+            .fetch_optional(conn)
+            .await?
+            .is_some(),
+    )
 }
 
 /// Whether either of two users blocks the other.

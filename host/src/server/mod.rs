@@ -1,7 +1,11 @@
 //! `courier serve`: load the plugins, bind, serve until Ctrl-C; reload on SIGHUP.
 
+mod admission;
+mod listener;
+
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 
@@ -37,6 +41,9 @@ pub async fn start_core(
         send_rate_per_sec: config.gateway.send_rate_per_sec,
         send_burst: config.gateway.send_burst,
         outbox_frames: config.gateway.outbox_frames,
+        outbox_bytes: config.gateway.outbox_bytes,
+        node_outbox_bytes: config.gateway.node_outbox_bytes,
+        handshake_secs: config.gateway.handshake_secs,
         registration: config.auth.registration,
         max_group_members: config.messaging.max_group_members.max(1),
     };
@@ -74,6 +81,23 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
+    let limits = &config.server;
+    let max_connections = match limits.max_connections {
+        0 => admission::default_max_connections(),
+        n => n,
+    };
+    let admission = admission::Admission::new(max_connections, limits.max_connections_per_address);
+    let deadlines = listener::Deadlines {
+        header: Duration::from_secs(limits.header_timeout_secs),
+        body: Duration::from_secs(limits.body_timeout_secs),
+        request: Duration::from_secs(limits.request_timeout_secs),
+        idle: Duration::from_secs(limits.idle_timeout_secs),
+    };
+    tracing::info!(
+        max_connections,
+        per_address = limits.max_connections_per_address,
+        "connection caps"
+    );
     let state = AppState::new(core.clone(), config, config_path);
     // Registered before the listening line, so a SIGHUP right after start-up reloads
     // instead of killing the process.
@@ -81,13 +105,20 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     tracing::info!("courier listening on http://{addr}");
     // A line for scripts and tests that start the server on port 0.
     println!("listening on {addr}");
+    tokio::spawn(core.guards.clone().log_every_interval());
     let hub = core.hub.clone();
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move {
+    listener::serve(
+        listener,
+        app(state),
+        admission,
+        deadlines,
+        core.guards.clone(),
+        async move {
             shutdown().await;
             hub.close_all();
-        })
-        .await?;
+        },
+    )
+    .await;
     core.store.close().await;
     Ok(())
 }

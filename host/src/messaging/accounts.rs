@@ -1,0 +1,175 @@
+//! Who may use a token: its signature and times (`auth::Tokens`), then the account's own
+//! state — deleted, every token before a cut-off revoked, single tokens logged out. Each
+//! node keeps what it read of an account; the revocations it makes change that copy in
+//! the same call (cluster mode has to carry them to the other nodes).
+
+use std::collections::HashMap;
+
+use axum::http::StatusCode;
+
+use super::Core;
+use crate::api::ApiError;
+use crate::auth::{TokenId, Verified};
+use crate::gateway::outbox::Close;
+use crate::store::accounts::AccountRow;
+use crate::store::now_ms;
+
+/// What this node knows of an account.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Account {
+    valid_from: i64,
+    deleted: bool,
+    /// Revoked tokens and their expiry (Unix seconds).
+    revoked: HashMap<TokenId, i64>,
+}
+
+impl Account {
+    fn from_row(row: AccountRow) -> Account {
+        let revoked = row
+            .revoked
+            .iter()
+            .filter_map(|(id, exp)| {
+                let bytes = hex::decode(id).ok()?;
+                Some((TokenId::try_from(bytes.as_slice()).ok()?, *exp))
+            })
+            .collect();
+        Account {
+            valid_from: row.tokens_valid_from,
+            deleted: row.deleted,
+            revoked,
+        }
+    }
+
+    fn admits(&self, v: &Verified) -> Result<(), ApiError> {
+        if self.deleted {
+            return Err(deleted());
+        }
+        if self.valid_from > 0 && v.issued_at.is_none_or(|iat| iat < self.valid_from) {
+            return Err(revoked());
+        }
+        if self.revoked.contains_key(&v.id) {
+            return Err(revoked());
+        }
+        Ok(())
+    }
+}
+
+fn revoked() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "the token was revoked (logout or revoke-all); log in again",
+    )
+}
+
+pub(crate) fn deleted() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "account_deleted",
+        "the account was deleted",
+    )
+}
+
+/// A request's authenticated caller.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub user_id: String,
+    pub token: TokenId,
+    /// The token's expiry (Unix seconds).
+    pub expires_at: i64,
+}
+
+impl Core {
+    /// The user a bearer token speaks for, if the token is valid and not revoked and the
+    /// account not deleted. A user first seen in a token becomes known to the server.
+    pub async fn authenticate(&self, token: &str) -> Result<Session, ApiError> {
+        let v = self.tokens.verify(token).map_err(|e| ApiError::token(&e))?;
+        let known = self
+            .accounts
+            .lock()
+            .expect("accounts")
+            .get(&v.user_id)
+            .map(|a| a.admits(&v));
+        match known {
+            Some(verdict) => verdict?,
+            None => {
+                let row = self
+                    .store
+                    .account(&v.user_id)
+                    .await
+                    .map_err(ApiError::store)?;
+                let account = Account::from_row(row);
+                let verdict = account.admits(&v);
+                self.accounts
+                    .lock()
+                    .expect("accounts")
+                    .entry(v.user_id.clone())
+                    .or_insert(account);
+                verdict?;
+            }
+        }
+        Ok(Session {
+            user_id: v.user_id,
+            token: v.id,
+            expires_at: v.expires_at,
+        })
+    }
+
+    /// The cut-off a new token of `user_id` must meet (`Tokens::issue_from`).
+    pub fn tokens_valid_from(&self, user_id: &str) -> i64 {
+        self.accounts
+            .lock()
+            .expect("accounts")
+            .get(user_id)
+            .map_or(0, |a| a.valid_from)
+    }
+
+    /// Logout: this token stops working, and the connections opened with it close (4003).
+    pub async fn revoke_token(&self, s: &Session) -> Result<(), ApiError> {
+        self.store
+            .revoke_token(&s.user_id, &hex::encode(s.token), s.expires_at)
+            .await
+            .map_err(ApiError::store)?;
+        if let Some(a) = self.accounts.lock().expect("accounts").get_mut(&s.user_id) {
+            let now = now_ms() / 1000;
+            a.revoked.retain(|_, exp| *exp + 3600 >= now);
+            a.revoked.insert(s.token, s.expires_at);
+        }
+        self.hub
+            .close_where(&s.user_id, |d| d.token == s.token, Close::Revoked);
+        Ok(())
+    }
+
+    /// Every token of `user_id` issued until now stops working, and its connections close
+    /// (4003). Returns the cut-off: tokens must be issued from that second on (the next
+    /// login's is).
+    pub async fn revoke_all_tokens(&self, user_id: &str) -> Result<i64, ApiError> {
+        // Tokens carry whole seconds: everything issued in this second goes too.
+        let valid_from = self
+            .store
+            .revoke_tokens_before(user_id, now_ms() / 1000 + 1)
+            .await
+            .map_err(ApiError::store)?;
+        if let Some(a) = self.accounts.lock().expect("accounts").get_mut(user_id) {
+            a.valid_from = valid_from;
+        }
+        self.hub.close_where(user_id, |_| true, Close::Revoked);
+        Ok(valid_from)
+    }
+
+    /// Forgets what this node read of the account (it is read again on its next use).
+    pub(crate) fn unforget_account(&self, user_id: &str) {
+        self.accounts.lock().expect("accounts").remove(user_id);
+    }
+
+    /// Marks the account deleted on this node and closes its connections (4004).
+    pub(crate) fn forget_account(&self, user_id: &str) {
+        self.accounts
+            .lock()
+            .expect("accounts")
+            .entry(user_id.to_string())
+            .or_default()
+            .deleted = true;
+        self.hub.close_where(user_id, |_| true, Close::Deleted);
+    }
+}

@@ -1,0 +1,371 @@
+//! The HTTP listener: admits connections under the caps, serves each with hyper, and
+//! holds every connection to its deadlines — a request head within `header_timeout`, a
+//! body within `body_timeout`, a response written within `request_timeout`, no longer
+//! than `idle_timeout` idle between requests. A WebSocket leaves these deadlines at its
+//! upgrade and is held to the gateway's own (handshake, heartbeat, writes).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower::Service as _;
+
+use super::admission::{Admission, Admitted};
+use crate::api::{BodyTimeout, Peer};
+use crate::limits::{Guard, Guards};
+
+/// The deadlines of an HTTP connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    pub header: Duration,
+    pub body: Duration,
+    pub request: Duration,
+    pub idle: Duration,
+}
+
+/// How long shutdown waits for open connections to finish.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Accepts until `shutdown` resolves, then lets the open connections finish (for at most
+/// `DRAIN`).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    admission: Arc<Admission>,
+    deadlines: Deadlines,
+    guards: Arc<Guards>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let (stop, stopping) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    guards.count(Guard::AcceptError);
+                    tracing::debug!("accept failed: {e}");
+                    // Out of descriptors or memory: give the open connections a moment
+                    // to end instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        match admission.admit(peer.ip()) {
+            Ok(admitted) => {
+                tokio::spawn(connection(
+                    stream,
+                    peer,
+                    Arc::new(admitted),
+                    router.clone(),
+                    deadlines,
+                    guards.clone(),
+                    stopping.clone(),
+                ));
+            }
+            Err(refusal) => {
+                guards.count(refusal.guard());
+                admission.refuse(stream, refusal);
+            }
+        }
+    }
+    let _ = stop.send(true);
+    drop(listener);
+    admission.drained(DRAIN).await;
+}
+
+/// Where a connection is between requests, for its deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    /// Waiting for (or reading) a request head.
+    Head = 0,
+    /// A request is being answered.
+    Busy = 1,
+    /// Between requests (keep-alive).
+    Idle = 2,
+}
+
+/// The phase of a connection and since when, shared by the connection's task, its socket
+/// (bytes arriving end an idle spell) and its requests (a head starts a busy spell, the
+/// end of the response an idle one).
+struct Clock {
+    base: Instant,
+    phase: AtomicU8,
+    since_ms: AtomicU64,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            base: Instant::now(),
+            phase: AtomicU8::new(Phase::Head as u8),
+            since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn set(&self, phase: Phase) {
+        self.since_ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Head,
+            1 => Phase::Busy,
+            _ => Phase::Idle,
+        }
+    }
+
+    /// When the current phase runs out, and what running out means.
+    fn deadline(&self, d: &Deadlines) -> (Instant, Guard) {
+        let since = self.base + Duration::from_millis(self.since_ms.load(Ordering::Relaxed));
+        match self.phase() {
+            Phase::Head => (since + d.header, Guard::HeaderTimeout),
+            Phase::Busy => (since + d.request, Guard::RequestTimeout),
+            Phase::Idle => (since + d.idle, Guard::Idle),
+        }
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    admitted: Arc<Admitted>,
+    router: Router,
+    deadlines: Deadlines,
+    guards: Arc<Guards>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let accepted_at = Instant::now();
+    let clock = Arc::new(Clock::new());
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        clock: clock.clone(),
+    });
+    let request_clock = clock.clone();
+    let body_timeout = deadlines.body;
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        request_clock.set(Phase::Busy);
+        let peer = Peer {
+            addr: peer,
+            accepted_at,
+            admitted: admitted.clone(),
+        };
+        answer(
+            req,
+            peer,
+            router.clone(),
+            request_clock.clone(),
+            body_timeout,
+        )
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .serve_connection(io, service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let mut draining = *stopping.borrow();
+    if draining {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        let (deadline, guard) = clock.deadline(&deadlines);
+        tokio::select! {
+            done = conn.as_mut() => {
+                if let Err(e) = done {
+                    tracing::debug!(%peer, "connection ended: {e}");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                // The phase may have moved on meanwhile: only a deadline still in force counts.
+                if clock.deadline(&deadlines).0 <= Instant::now() {
+                    guards.count(guard);
+                    tracing::debug!(%peer, ?guard, "closing the connection");
+                    return;
+                }
+            }
+            changed = stopping.changed(), if !draining => {
+                if changed.is_err() || *stopping.borrow() {
+                    draining = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// One request: its body held to the body deadline, the router's answer, `Connection:
+/// close` when the body was left unread (the connection cannot carry another request
+/// then), and the end of the response starting the idle spell.
+async fn answer(
+    req: Request<Incoming>,
+    peer: Peer,
+    mut router: Router,
+    clock: Arc<Clock>,
+    body_timeout: Duration,
+) -> Result<Response<Body>, Infallible> {
+    let (mut parts, incoming) = req.into_parts();
+    let read_whole = Arc::new(AtomicBool::new(hyper::body::Body::is_end_stream(&incoming)));
+    parts.extensions.insert(peer);
+    let body = Body::new(Timed {
+        inner: incoming,
+        deadline: Box::pin(tokio::time::sleep(body_timeout)),
+        read_whole: read_whole.clone(),
+    });
+    let mut res = router
+        .call(Request::from_parts(parts, body))
+        .await
+        .unwrap_or_else(|never| match never {});
+    if !read_whole.load(Ordering::Acquire) && res.status() != StatusCode::SWITCHING_PROTOCOLS {
+        res.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    Ok(res.map(|b| Body::new(Ends { inner: b, clock })))
+}
+
+/// A request body that fails with `BodyTimeout` once its deadline passes, and says whether
+/// it was read to its end.
+struct Timed {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    read_whole: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for Timed {
+    type Data = axum::body::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(None) => {
+                self.read_whole.store(true, Ordering::Release);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(frame)) => {
+                if self.inner.is_end_stream() {
+                    self.read_whole.store(true, Ordering::Release);
+                }
+                Poll::Ready(Some(frame.map_err(Into::into)))
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimeout.into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body whose end (written whole, or dropped) starts the connection's idle
+/// spell.
+struct Ends {
+    inner: Body,
+    clock: Arc<Clock>,
+}
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        self.clock.set(Phase::Idle);
+    }
+}
+
+impl hyper::body::Body for Ends {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The socket, telling the clock when bytes arrive on an idle connection (a new request
+/// has begun: its head deadline starts).
+struct Watched {
+    inner: TcpStream,
+    clock: Arc<Clock>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before && self.clock.phase() == Phase::Idle {
+            self.clock.set(Phase::Head);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,118 @@
+//! Deleting an account. The account's rows take an alias (`deleted-` and 16 hex digits;
+//! no one can register an id starting with `deleted-`), so nothing stored shows the old
+//! id again: its messages stay in their conversations as the alias's, and its
+//! memberships, friendships and requests end as the alias's, with the usual tips and
+//! events naming the alias. The `users` rows of the id and of the alias stay as
+//! tombstones: neither can be registered or used again.
+
+use serde_json::json;
+
+use super::{Decision, Effects};
+use crate::api::ApiError;
+use crate::auth::{DELETED_PREFIX, random_bytes};
+use crate::messaging::Core;
+use crate::store::accounts::rename_account;
+use crate::store::batch::committing;
+use crate::store::groups::Role;
+use crate::store::now_ms;
+
+impl Core {
+    /// Deletes `user_id`'s account; its alias. Calling it again on a deleted account
+    /// finishes a deletion that was interrupted (it is idempotent).
+    pub async fn delete_account(&self, user_id: &str) -> Result<String, ApiError> {
+        let alias = match self
+            .store
+            .deleted_alias(user_id)
+            .await
+            .map_err(ApiError::store)?
+        {
+            Some(alias) => alias,
+            None => format!("{DELETED_PREFIX}{}", hex::encode(random_bytes::<8>())),
+        };
+        // Refused from now on, on this node; its connections close.
+        self.forget_account(user_id);
+        if let Err(e) = self.rename(user_id, &alias).await {
+            self.unforget_account(user_id);
+            return Err(e);
+        }
+        self.leave_everything(&alias).await?;
+        self.store
+            .rename_in_payloads(user_id, &alias)
+            .await
+            .map_err(ApiError::store)?;
+        // Writes that raced the first rename (a send already queued) carry the old id:
+        // renamed now. The alias's own user stream (the steps above wrote to it) goes.
+        self.rename(user_id, &alias).await?;
+        self.store
+            .drop_user_stream(&alias)
+            .await
+            .map_err(ApiError::store)?;
+        self.forget_all_members();
+        tracing::info!(alias = %alias, "account deleted");
+        Ok(alias)
+    }
+
+    async fn rename(&self, user_id: &str, alias: &str) -> Result<(), ApiError> {
+        self.change(|| async {
+            let mut tx = self.store.write().begin().await?;
+            rename_account(&mut tx, user_id, alias, now_ms()).await?;
+            tx.commit().await.map_err(committing)?;
+            Ok(((), Effects::default()))
+        })
+        .await
+    }
+
+    /// Ends every membership, friendship and pending request of `alias`, as its own
+    /// actions: an owner hands the group to its longest-standing admin (else member)
+    /// first, or dissolves it when no one else is left.
+    async fn leave_everything(&self, alias: &str) -> Result<(), ApiError> {
+        let groups = self.store.my_groups(alias).await.map_err(ApiError::store)?;
+        for (g, me) in groups {
+            if !me.is_current() || g.dissolved {
+                continue;
+            }
+            let id = g.conversation_id;
+            if me.role == Role::Owner {
+                let members = self
+                    .store
+                    .group_members(id, "", i64::MAX)
+                    .await
+                    .map_err(ApiError::store)?;
+                let heir = members
+                    .iter()
+                    .filter(|m| m.user_id != alias)
+                    .min_by_key(|m| (m.role != Role::Admin, m.joined_at, m.user_id.clone()));
+                match heir {
+                    Some(heir) => {
+                        self.transfer(alias, id, &heir.user_id).await?;
+                        self.quit(alias, id).await?;
+                    }
+                    None => self.dissolve(alias, id).await?,
+                }
+            } else {
+                self.quit(alias, id).await?;
+            }
+        }
+        let friends = self.store.friends(alias).await.map_err(ApiError::store)?;
+        for (friend, _) in friends {
+            self.remove_friend(alias, &friend).await?;
+        }
+        for (incoming, decision) in [(true, Decision::Reject), (false, Decision::Cancel)] {
+            let pending = self
+                .store
+                .pending_requests(alias, incoming)
+                .await
+                .map_err(ApiError::store)?;
+            for r in pending {
+                self.decide_friend_request(alias, &r.request_id, decision)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What `DELETE /v1/account` answers.
+pub fn deleted_answer(user_id: &str, alias: &str) -> serde_json::Value {
+    json!({ "userId": user_id, "deleted": true, "alias": alias })
+}

@@ -1,0 +1,1212 @@
+//! Slow, idle and hostile clients against the real binary on loopback: stalled and idle
+//! HTTP connections, connection caps, bodies left unread, the WebSocket closing handshake,
+//! slow readers held to a byte budget, bounded password hashing and the login limits.
+//! These are properties of the HTTP and WebSocket layers, not of the database: SQLite.
+
+#[macro_use]
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::server::{Backend, Db, Sections, Server, User, Ws, peer, send_ok, setup, text};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+
+/// The longest any test here waits for something it expects (a safety net, far above the
+/// deadlines under test).
+const SAFETY: Duration = Duration::from_secs(60);
+
+async fn server(sections: Sections<'_>, name: &str) -> (Db, Server) {
+    let db = Db::new(&Backend::Sqlite, name).await;
+    let s = Server::start_sections(&db, sections).await;
+    (db, s)
+}
+
+/// A TCP connection to the server from the loopback address `from` (127.0.0.x: every
+/// address of 127/8 is this machine, so tests can be several clients).
+async fn connect_from(server: &Server, from: [u8; 4]) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::from((from, 0)))
+        .expect("bind a loopback address");
+    socket
+        .connect(server.addr.parse().unwrap())
+        .await
+        .expect("connect")
+}
+
+/// An HTTP answer as read off the wire.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+/// Reads one HTTP/1.1 response (head, then a `content-length` body); `None` if the
+/// connection ended first.
+async fn read_answer(conn: &mut TcpStream) -> Option<Answer> {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match tokio::time::timeout(SAFETY, conn.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("no answer within {SAFETY:?}"),
+        }
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = raw[head_end + 4..].to_vec();
+    while body.len() < length {
+        match tokio::time::timeout(SAFETY, conn.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => body.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("no body within {SAFETY:?}"),
+        }
+    }
+    Some(Answer {
+        status,
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    })
+}
+
+/// A keep-alive request on `conn` and its answer.
+async fn request(
+    conn: &mut TcpStream,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> Option<Answer> {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: courier\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).await.ok()?;
+    read_answer(conn).await
+}
+
+/// Waits until the server closes `conn`; the bytes it sent meanwhile. Panics after
+/// `SAFETY`.
+async fn until_closed(conn: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(SAFETY, conn.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return got,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("the server kept the connection open past {SAFETY:?}"),
+        }
+    }
+}
+
+/// A user a real client registers, and a WebSocket round trip with it.
+async fn a_real_client_is_served(s: &Server, name: &str) {
+    let (status, body) = s.http("GET", "/healthz", None, None).await;
+    assert_eq!((status, &body["status"]), (200, &json!("ok")), "{body}");
+    let u = s.user(name).await;
+    let mut ws = s.connect(&u, "phone").await;
+    ws.send(json!({"type": "ping", "id": "p"})).await;
+    ws.expect("pong").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_idle_connections_are_closed_while_real_clients_are_served() {
+    let (_db, s) = server(
+        Sections {
+            server: "header_timeout_secs = 2\nbody_timeout_secs = 2\nidle_timeout_secs = 2\n\
+                     max_connections_per_address = 0\n",
+            ..Sections::default()
+        },
+        "stalled",
+    )
+    .await;
+    const EACH: usize = 100;
+    let from = [127, 0, 0, 9];
+    let started = Instant::now();
+    let mut silent = Vec::new();
+    let mut half_head = Vec::new();
+    let mut half_body = Vec::new();
+    let mut idle = Vec::new();
+    for _ in 0..EACH {
+        silent.push(connect_from(&s, from).await);
+        let mut c = connect_from(&s, from).await;
+        c.write_all(b"POST /v1/auth/login HTTP/1.1\r\nHost: courier\r\nContent-")
+            .await
+            .unwrap();
+        half_head.push(c);
+        let mut c = connect_from(&s, from).await;
+        c.write_all(
+            b"POST /v1/auth/login HTTP/1.1\r\nHost: courier\r\nContent-Type: application/json\r\n\
+              Content-Length: 1000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        half_body.push(c);
+        let mut c = connect_from(&s, from).await;
+        let a = request(&mut c, "GET", "/healthz", None, "").await.unwrap();
+        assert_eq!(a.status, 200);
+        idle.push(c);
+    }
+    // A head sent one byte at a time keeps arriving, and is still cut off.
+    let mut drip = connect_from(&s, from).await;
+    let dripping = tokio::spawn(async move {
+        for b in b"GET /healthz HTTP/1.1\r\nHost: courier\r\nX-Slow: "
+            .iter()
+            .cycle()
+        {
+            if drip.write_all(&[*b]).await.is_err() {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if started.elapsed() > SAFETY {
+                panic!("a drip-fed head was never cut off");
+            }
+        }
+        unreachable!()
+    });
+
+    // 401 connections held open: everyone else is still served.
+    a_real_client_is_served(&s, "alice").await;
+
+    for c in &mut silent {
+        assert!(
+            until_closed(c).await.is_empty(),
+            "a silent connection got bytes"
+        );
+    }
+    for c in &mut half_head {
+        until_closed(c).await;
+    }
+    for c in &mut half_body {
+        let a = read_answer(c).await.expect("an answer to the stalled body");
+        assert_eq!((a.status, a.code()), (408, "request_timeout"), "{a:?}");
+        assert_eq!(a.header("connection"), Some("close"));
+        until_closed(c).await;
+    }
+    for c in &mut idle {
+        assert!(
+            until_closed(c).await.is_empty(),
+            "an idle connection got bytes"
+        );
+    }
+    dripping.await.unwrap();
+    // And afterwards, as before.
+    a_real_client_is_served(&s, "bob").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_connection_in_use_is_not_closed_as_idle() {
+    let (_db, s) = server(
+        Sections {
+            server: "idle_timeout_secs = 3\n",
+            ..Sections::default()
+        },
+        "keep-alive",
+    )
+    .await;
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    // Requests one second apart for six seconds: never idle for three.
+    for _ in 0..6 {
+        let a = request(&mut c, "GET", "/healthz", None, "").await;
+        assert_eq!(a.map(|a| a.status), Some(200));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(until_closed(&mut c).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_caps_refuse_with_503_and_log_once_per_interval() {
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+    let (_db, s) = server(
+        Sections {
+            server: "max_connections = 300\nmax_connections_per_address = 200\n",
+            ..Sections::default()
+        },
+        "caps",
+    )
+    .await;
+    let attacker = [127, 0, 0, 7];
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        held.push(connect_from(&s, attacker).await);
+    }
+    // A request on the first held connection is answered: they were all admitted.
+    let a = request(&mut held[0], "GET", "/healthz", None, "")
+        .await
+        .unwrap();
+    assert_eq!(a.status, 200);
+    // Past the cap per address: refused, with a clear answer.
+    for _ in 0..50 {
+        let mut c = connect_from(&s, attacker).await;
+        let a = read_answer(&mut c).await.expect("a refusal");
+        assert_eq!((a.status, a.code()), (503, "too_many_connections"), "{a:?}");
+        assert_eq!(a.header("connection"), Some("close"));
+        assert!(a.header("retry-after").is_some());
+    }
+    // Another client is served meanwhile.
+    let mut other = connect_from(&s, [127, 0, 0, 8]).await;
+    let a = request(&mut other, "GET", "/healthz", None, "")
+        .await
+        .unwrap();
+    assert_eq!(a.status, 200);
+    // Up to the total cap from other addresses, then refused too.
+    let mut more = Vec::new();
+    for i in 0..99 {
+        more.push(connect_from(&s, [127, 0, 1, (i % 50) as u8 + 1]).await);
+    }
+    let mut c = connect_from(&s, [127, 0, 2, 1]).await;
+    let a = read_answer(&mut c).await.expect("a refusal");
+    assert_eq!((a.status, a.code()), (503, "too_many_connections"), "{a:?}");
+    // A place freed is a place taken.
+    drop(held.pop());
+    drop(more.pop());
+    let started = Instant::now();
+    loop {
+        let mut c = connect_from(&s, [127, 0, 2, 2]).await;
+        match request(&mut c, "GET", "/healthz", None, "").await {
+            Some(a) if a.status == 200 => break,
+            _ if started.elapsed() < SAFETY => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("no place freed: {other:?}"),
+        }
+    }
+    // The refusals are counted and logged in a summary, not one line per connection.
+    let started = Instant::now();
+    let per_address = "connections refused over server.max_connections_per_address";
+    loop {
+        let log = s.log();
+        let total: u64 = log
+            .lines()
+            .filter_map(|l| l.split_once(per_address).map(|(before, _)| before))
+            .filter_map(|before| before.rsplit([' ', ';', ':']).nth(1)?.parse::<u64>().ok())
+            .sum();
+        if total >= 50 {
+            assert_eq!(total, 50, "{log}");
+            let lines = log.lines().filter(|l| l.contains(per_address)).count();
+            assert!(
+                lines <= 2,
+                "one summary per interval, not per refusal: {log}"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < SAFETY,
+            "no summary of refusals in the log: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_left_unread_says_connection_close() {
+    let (_db, s) = server(Sections::default(), "unread-body").await;
+    let alice = s.user("alice").await;
+    let body = json!({"clientMsgId": "k-1", "conversationType": 1, "peerId": "alice",
+                      "contentType": 1, "payload": {"text": "hi"}})
+    .to_string();
+    // No token: answered before the body is read, and the connection says it closes.
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    let a = request(&mut c, "POST", "/v1/messages", None, &body)
+        .await
+        .unwrap();
+    assert_eq!((a.status, a.code()), (401, "unauthorized"));
+    assert_eq!(a.header("connection"), Some("close"), "{a:?}");
+    until_closed(&mut c).await;
+    // Too large: the same.
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(1_200_000));
+    let a = request(&mut c, "POST", "/v1/messages", Some(&alice.token), &big)
+        .await
+        .unwrap();
+    assert_eq!((a.status, a.code()), (413, "request_too_large"));
+    // Either the server read the body away (then the connection carries on) or it says
+    // it closes the connection (and does).
+    if a.header("connection") == Some("close") {
+        until_closed(&mut c).await;
+    } else {
+        let a = request(&mut c, "GET", "/healthz", None, "").await;
+        assert_eq!(a.map(|a| a.status), Some(200));
+    }
+    // A body read whole keeps the connection for the next request.
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    let a = request(
+        &mut c,
+        "POST",
+        "/v1/auth/login",
+        None,
+        r#"{"userId": "alice", "password": "wrong-password"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!((a.status, a.code()), (401, "invalid_credentials"));
+    assert_eq!(a.header("connection"), None, "{a:?}");
+    let a = request(&mut c, "GET", "/healthz", None, "").await.unwrap();
+    assert_eq!(a.status, 200);
+}
+
+async fn ws_of(s: &Server, u: &User, device: &str) -> Ws {
+    s.connect(u, device).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_closes_follow_rfc_6455() {
+    let (_db, s) = server(
+        Sections {
+            extra: "[gateway]\nmax_frame_bytes = 1024\noutbox_bytes = 65536\n",
+            ..Sections::default()
+        },
+        "ws-close",
+    )
+    .await;
+    let alice = s.user("alice").await;
+    // The client's close is answered with its own code, before the server closes TCP.
+    for code in [1000, 4321] {
+        let ws = ws_of(&s, &alice, "phone").await;
+        assert_eq!(ws.close_with(code).await, Some(code));
+    }
+    // Text that is not UTF-8: 1007.
+    let mut ws = ws_of(&s, &alice, "phone").await;
+    ws.send_frame(Frame::message(
+        vec![b'{', 0xff, 0xfe, b'}'],
+        OpCode::Data(Data::Text),
+        true,
+    ))
+    .await;
+    assert_eq!(ws.closed().await.0, Some(1007));
+    // A frame far above four times the limit: 1009 arrives every time, not a reset, though
+    // most of the frame is still on its way when the server refuses it.
+    for _ in 0..10 {
+        let mut ws = ws_of(&s, &alice, "phone").await;
+        ws.send_frame(Frame::message(
+            vec![b'x'; 2 << 20],
+            OpCode::Data(Data::Text),
+            true,
+        ))
+        .await;
+        assert_eq!(ws.closed().await.0, Some(1009));
+    }
+    // The connection after all of that works.
+    let mut ws = ws_of(&s, &alice, "phone").await;
+    ws.send(json!({"type": "ping", "id": "p"})).await;
+    ws.expect("pong").await;
+}
+
+/// The server's resident memory, in MiB.
+fn rss_mib(s: &Server) -> f64 {
+    s.rss_kib().expect("the server's VmRSS (Linux /proc)") as f64 / 1024.0
+}
+
+/// Samples the server's RSS every 20 ms until `stop` is set; the highest, in MiB.
+fn sample_peak(
+    s: &Server,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<f64>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pid = s.pid().unwrap();
+    let flag = stop.clone();
+    let sampler = tokio::spawn(async move {
+        let mut peak = 0f64;
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                && let Some(kib) = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            {
+                peak = peak.max(kib / 1024.0);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    });
+    (stop, sampler)
+}
+
+/// Waits (up to `SAFETY`) until the server's RSS is at most `mib`, and a second more for
+/// it to settle; what it is then.
+async fn rss_falls_to(s: &Server, mib: f64) -> f64 {
+    let started = Instant::now();
+    while rss_mib(s) > mib && started.elapsed() < SAFETY {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rss_mib(s)
+}
+
+/// The byte budget of `slow_readers_are_held_to_a_byte_budget`, in MiB.
+const OUTBOX_MIB: usize = 1;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_are_held_to_a_byte_budget_and_the_memory_comes_back() {
+    let extra = format!(
+        "[gateway]\nmax_frame_bytes = 65536\noutbox_bytes = {}\nsend_rate_per_sec = 1000000\n\
+         send_burst = 1000000\n",
+        OUTBOX_MIB << 20
+    );
+    let (_db, s) = server(
+        Sections {
+            extra: &extra,
+            ..Sections::default()
+        },
+        "byte-budget",
+    )
+    .await;
+    let alice = s.user("alice").await;
+    let mut sender = s.connect(&alice, "sender").await;
+    const READERS: usize = 10;
+    let mut stuck = Vec::new();
+    let mut cids = Vec::new();
+    for i in 0..READERS {
+        let bob = s.user(&format!("bob{i}")).await;
+        stuck.push(Ws::connect_with_buffer(&s.addr, &bob.token, "stuck", 8192).await);
+        let ack = send_ok(
+            &mut sender,
+            text(&format!("hi{i}"), &format!("hi-{i}"), peer(&bob.id), "hi"),
+        )
+        .await;
+        cids.push(ack["conversationId"].as_i64().unwrap());
+    }
+    let baseline = rss_mib(&s);
+    let (stop, sampler) = sample_peak(&s);
+    // Distinct 16 KB messages to each reader, none of which reads: rounds until every
+    // reader must have overflowed its budget (and the kernel's buffers), at most 40.
+    let big = "😀".repeat(3990);
+    let mut sent = 0usize;
+    for round in 0..40 {
+        let frames: Vec<Value> = (0..READERS * 20)
+            .map(|i| {
+                let cid = cids[i % READERS];
+                text(
+                    &format!("{round}-{i}"),
+                    &format!("big-{round}-{i}"),
+                    json!({ "conversationId": cid }),
+                    &format!("{round} {i} {big}"),
+                )
+            })
+            .collect();
+        let answers = sender.send_all(&frames, 200).await;
+        assert!(answers.values().all(|a| a["type"] == "ack"));
+        sent += 20;
+        if s.log().contains("slow consumers") && round >= 10 {
+            break;
+        }
+    }
+    // Every reader was dropped as a slow consumer before it had everything.
+    for ws in &mut stuck {
+        let (code, frames) = ws.closed().await;
+        assert!(
+            frames.len() < sent + 1,
+            "a reader that never read got all {sent} messages"
+        );
+        assert!(matches!(code, Some(4008) | None), "closed with {code:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.await.unwrap();
+    drop(stuck);
+    let after = rss_falls_to(&s, baseline + 12.0).await;
+    println!(
+        "server RSS with {READERS} stuck readers, outbox_bytes {OUTBOX_MIB} MiB: \
+         before {baseline:.1} MiB, peak {peak:.1} MiB, after they were dropped {after:.1} MiB"
+    );
+    // Queued frames: at most the budget per reader (without it, 1,024 frames of 16 KB
+    // each: 160 MiB); the rest is the senders' traffic in flight.
+    assert!(
+        peak - baseline < (READERS * OUTBOX_MIB) as f64 + 112.0,
+        "peak {peak:.1} MiB over a baseline of {baseline:.1} MiB"
+    );
+    assert!(
+        after <= baseline + 12.0,
+        "memory not returned: {after:.1} MiB after, {baseline:.1} MiB before"
+    );
+}
+
+/// Registers (or logs in) as a client honouring `503 busy` and `Retry-After` would; the
+/// answer that was not `busy`.
+async fn auth_call(s: &Server, path: &str, user: &str) -> Answer {
+    let body = json!({"userId": user, "password": format!("password-of-{user}")}).to_string();
+    loop {
+        let mut c = connect_from(s, [127, 0, 0, 1]).await;
+        let a = request(&mut c, "POST", path, None, &body)
+            .await
+            .expect("an answer");
+        if a.status == 503 && a.code() == "busy" {
+            let secs = a
+                .header("retry-after")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            continue;
+        }
+        return a;
+    }
+}
+
+/// The bound `docs/operations.md` states for password hashing: 20 MiB per hashing slot,
+/// beyond what the server used before.
+const HASH_SLOT_MIB: f64 = 20.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_registrations_and_logins_stay_in_bounded_memory() {
+    let (_db, s) = server(
+        Sections {
+            auth: "hash_concurrency = 2\nhash_queue_secs = 30\n",
+            server: "max_connections_per_address = 0\n",
+            ..Sections::default()
+        },
+        "hashing",
+    )
+    .await;
+    a_real_client_is_served(&s, "warm").await;
+    let baseline = rss_mib(&s);
+    let (stop, sampler) = sample_peak(&s);
+    let s = std::sync::Arc::new(s);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let user = format!("user{i}");
+                let a = auth_call(&s, "/v1/auth/register", &user).await;
+                assert_eq!(a.status, 201, "register {user}: {a:?}");
+                let a = auth_call(&s, "/v1/auth/login", &user).await;
+                assert_eq!(a.status, 200, "login {user}: {a:?}");
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.await.unwrap();
+    let after = rss_falls_to(&s, baseline + 8.0).await;
+    println!(
+        "server RSS, 200 concurrent registrations and logins, 2 hashing slots: before \
+         {baseline:.1} MiB, peak {peak:.1} MiB, after {after:.1} MiB"
+    );
+    assert!(
+        peak <= baseline + 2.0 * HASH_SLOT_MIB + 32.0,
+        "peak {peak:.1} MiB over a baseline of {baseline:.1} MiB"
+    );
+    assert!(
+        after <= baseline + HASH_SLOT_MIB,
+        "memory kept: {after:.1} MiB"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_beyond_the_hashing_slots_wait_then_get_busy() {
+    let (_db, s) = server(
+        Sections {
+            auth: "hash_concurrency = 1\nhash_queue_secs = 1\n",
+            server: "max_connections_per_address = 0\n",
+            ..Sections::default()
+        },
+        "busy",
+    )
+    .await;
+    s.user("alice").await;
+    let body = json!({"userId": "alice", "password": "password-of-"}).to_string();
+    let s = std::sync::Arc::new(s);
+    // Each hash takes tens of milliseconds: 100 at once cannot all get the one slot
+    // within a second.
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let (s, body) = (s.clone(), body.clone());
+            tokio::spawn(async move {
+                let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+                request(&mut c, "POST", "/v1/auth/login", None, &body)
+                    .await
+                    .expect("an answer")
+            })
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, 0);
+    for t in tasks {
+        let a = t.await.unwrap();
+        match (a.status, a.code()) {
+            (200, _) => ok += 1,
+            (503, "busy") => {
+                assert!(a.header("retry-after").is_some(), "{a:?}");
+                busy += 1;
+            }
+            _ => panic!("unexpected {a:?}"),
+        }
+    }
+    assert!(ok >= 1 && busy >= 1, "{ok} logged in, {busy} busy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_are_rate_limited_per_address_and_per_account() {
+    let (_db, s) = server(
+        Sections {
+            auth: "attempts_per_minute_per_address = 5\nfailed_logins_per_hour_per_account = 3\n",
+            ..Sections::default()
+        },
+        "login-limits",
+    )
+    .await;
+    let login =
+        |user: &str, password: &str| json!({"userId": user, "password": password}).to_string();
+    let call = |from: [u8; 4], path: &'static str, body: String| {
+        let s = &s;
+        async move {
+            let mut c = connect_from(s, from).await;
+            request(&mut c, "POST", path, None, &body).await.unwrap()
+        }
+    };
+    let register = |user: &str| json!({"userId": user, "password": "a-good-password"}).to_string();
+    // Five attempts a minute from one address (a registration is one), then 429.
+    let a = call([127, 0, 0, 11], "/v1/auth/register", register("alice")).await;
+    assert_eq!(a.status, 201);
+    let a = call([127, 0, 0, 11], "/v1/auth/register", register("bob")).await;
+    assert_eq!(a.status, 201);
+    for _ in 0..3 {
+        let a = call(
+            [127, 0, 0, 11],
+            "/v1/auth/login",
+            login("alice", "a-good-password"),
+        )
+        .await;
+        assert_eq!(a.status, 200);
+    }
+    let a = call(
+        [127, 0, 0, 11],
+        "/v1/auth/login",
+        login("alice", "a-good-password"),
+    )
+    .await;
+    assert_eq!((a.status, a.code()), (429, "rate_limited"), "{a:?}");
+    let retry: u64 = a.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    // Another address is not affected.
+    let a = call(
+        [127, 0, 0, 12],
+        "/v1/auth/login",
+        login("alice", "a-good-password"),
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    // Three failed logins of one account, from three addresses: then even the right
+    // password is refused for a while; another account is not affected.
+    for i in 0..3 {
+        let a = call(
+            [127, 0, 0, 20 + i],
+            "/v1/auth/login",
+            login("bob", "wrong-password"),
+        )
+        .await;
+        assert_eq!((a.status, a.code()), (401, "invalid_credentials"));
+    }
+    let a = call(
+        [127, 0, 0, 30],
+        "/v1/auth/login",
+        login("bob", "a-good-password"),
+    )
+    .await;
+    assert_eq!((a.status, a.code()), (429, "rate_limited"), "{a:?}");
+    let a = call(
+        [127, 0, 0, 31],
+        "/v1/auth/login",
+        login("alice", "a-good-password"),
+    )
+    .await;
+    assert_eq!(a.status, 200);
+}
+
+on_both!(
+    logout_and_revoke_all_end_tokens_and_their_connections,
+    a_deleted_account_is_never_shown_by_its_name,
+);
+
+async fn logout_and_revoke_all_end_tokens_and_their_connections(b: Backend) {
+    let (_db, s) = setup(&b, "tokens", "").await;
+    let alice = s.user("alice").await;
+    let (status, body) = s
+        .http(
+            "POST",
+            "/v1/auth/login",
+            None,
+            Some(json!({"userId": "alice", "password": "password-of-"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let second = User {
+        id: "alice".into(),
+        token: body["token"].as_str().unwrap().into(),
+    };
+    let mut phone = s.connect(&alice, "phone").await;
+    let mut laptop = s.connect(&second, "laptop").await;
+    // Logout ends this token and its connection only.
+    let (status, body) = s
+        .http("POST", "/v1/auth/logout", Some(&alice.token), None)
+        .await;
+    assert_eq!((status, &body["revoked"]), (200, &json!(true)), "{body}");
+    let (code, frames) = phone.closed().await;
+    assert_eq!(code, Some(4003));
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["type"] == "kicked" && f["reason"] == "token_revoked"),
+        "{frames:?}"
+    );
+    s.expect_error(
+        "GET",
+        "/v1/conversations",
+        Some(&alice.token),
+        None,
+        401,
+        "unauthorized",
+    )
+    .await;
+    assert_eq!(
+        Ws::connect(&s.addr, &alice.token, "phone").await.err(),
+        Some(401)
+    );
+    s.get(&second, "/v1/conversations").await;
+    laptop.send(json!({"type": "ping", "id": "p"})).await;
+    laptop.expect("pong").await;
+
+    // A deployer's token (no iat) and a fresh login's, then revoke-all: all of them end,
+    // and every connection closes; a login right after (the same second) works.
+    let deployer = s.deployer_token("alice", None);
+    s.get(
+        &User {
+            id: "alice".into(),
+            token: deployer.clone(),
+        },
+        "/v1/conversations",
+    )
+    .await;
+    let (status, body) = s
+        .http("POST", "/v1/auth/revoke-all", Some(&second.token), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["tokensValidFrom"].as_i64().unwrap() > 0);
+    assert_eq!(laptop.closed().await.0, Some(4003));
+    for token in [&second.token, &deployer] {
+        s.expect_error(
+            "GET",
+            "/v1/conversations",
+            Some(token),
+            None,
+            401,
+            "unauthorized",
+        )
+        .await;
+    }
+    let (status, body) = s
+        .http(
+            "POST",
+            "/v1/auth/login",
+            None,
+            Some(json!({"userId": "alice", "password": "password-of-"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let fresh = User {
+        id: "alice".into(),
+        token: body["token"].as_str().unwrap().into(),
+    };
+    s.get(&fresh, "/v1/conversations").await;
+    // The admin can do the same for any user.
+    let admin = Some(common::server::ADMIN_TOKEN);
+    let (status, _) = s
+        .http("POST", "/admin/users/alice/revoke-all", admin, None)
+        .await;
+    assert_eq!(status, 200);
+    s.expect_error(
+        "GET",
+        "/v1/conversations",
+        Some(&fresh.token),
+        None,
+        401,
+        "unauthorized",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/admin/users/nobody/revoke-all",
+        admin,
+        None,
+        404,
+        "user_not_found",
+    )
+    .await;
+    // Revocations survive a restart (they are in the database).
+    let mut s = s;
+    s.restart();
+    s.expect_error(
+        "GET",
+        "/v1/conversations",
+        Some(&second.token),
+        None,
+        401,
+        "unauthorized",
+    )
+    .await;
+}
+
+/// Every string anywhere in `v`.
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(o) => o.iter().for_each(|(k, x)| {
+            out.push(k.clone());
+            strings(x, out)
+        }),
+        _ => {}
+    }
+}
+
+async fn a_deleted_account_is_never_shown_by_its_name(b: Backend) {
+    let (_db, s) = setup(&b, "delete", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let carol = s.user("carol").await;
+    let ok = |u: &User, m: &'static str, p: String, body: Option<Value>| {
+        let (s, u) = (&s, u.clone());
+        async move { common::server::ok(s, &u, m, &p, body).await }
+    };
+    // alice: a private conversation with bob, a group she owns with bob and carol (carol
+    // an admin), a friendship with carol, a request to dave, mentions of her.
+    let mut a = s.connect(&alice, "phone").await;
+    let mut bob_ws = s.connect(&bob, "phone").await;
+    let private = send_ok(&mut a, text("1", "a-1", peer("bob"), "hi bob")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let group = ok(
+        &alice,
+        "POST",
+        "/v1/groups".into(),
+        Some(json!({"name": "Hiking", "members": ["bob", "carol"]})),
+    )
+    .await["conversationId"]
+        .as_i64()
+        .unwrap();
+    ok(
+        &alice,
+        "PUT",
+        format!("/v1/groups/{group}/admins/carol"),
+        None,
+    )
+    .await;
+    send_ok(
+        &mut a,
+        json!({"type": "send", "id": "2", "clientMsgId": "a-2", "conversationType": 2,
+               "conversationId": group, "contentType": 1, "payload": {"text": "hello all"}}),
+    )
+    .await;
+    send_ok(
+        &mut bob_ws,
+        json!({"type": "send", "id": "3", "clientMsgId": "b-1", "conversationType": 2,
+               "conversationId": group, "contentType": 1,
+               "payload": {"text": "hi all", "mentions": ["alice"]}}),
+    )
+    .await;
+    ok(
+        &alice,
+        "POST",
+        "/v1/friends/requests".into(),
+        Some(json!({"userId": "carol"})),
+    )
+    .await;
+    let req =
+        ok(&carol, "GET", "/v1/friends/requests".into(), None).await["requests"][0]["requestId"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    ok(
+        &carol,
+        "POST",
+        format!("/v1/friends/requests/{req}/accept"),
+        None,
+    )
+    .await;
+    let dave = s.user("dave").await;
+    ok(
+        &alice,
+        "POST",
+        "/v1/friends/requests".into(),
+        Some(json!({"userId": "dave"})),
+    )
+    .await;
+
+    // Deleting needs the password again.
+    common::server::fails(
+        &s,
+        &alice,
+        "DELETE",
+        "/v1/account",
+        Some(json!({"password": "wrong-one"})),
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    common::server::fails(
+        &s,
+        &alice,
+        "DELETE",
+        "/v1/account",
+        None,
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    let gone = ok(
+        &alice,
+        "DELETE",
+        "/v1/account".into(),
+        Some(json!({"password": "password-of-"})),
+    )
+    .await;
+    assert_eq!(gone["deleted"], true, "{gone}");
+    let alias = gone["alias"].as_str().unwrap().to_string();
+    assert!(alias.starts_with("deleted-"), "{alias}");
+    assert_eq!(a.closed().await.0, Some(4004));
+
+    // The account is gone for good: its token, its password, its id.
+    s.expect_error(
+        "GET",
+        "/v1/conversations",
+        Some(&alice.token),
+        None,
+        401,
+        "account_deleted",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/v1/auth/login",
+        None,
+        Some(json!({"userId": "alice", "password": "password-of-"})),
+        401,
+        "invalid_credentials",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        "/v1/auth/register",
+        None,
+        Some(json!({"userId": "alice", "password": "password-of-"})),
+        409,
+        "user_exists",
+    )
+    .await;
+    let deployer = User {
+        id: "alice".into(),
+        token: s.deployer_token("alice", Some(0)),
+    };
+    s.expect_error(
+        "GET",
+        "/v1/conversations",
+        Some(&deployer.token),
+        None,
+        401,
+        "account_deleted",
+    )
+    .await;
+
+    // Its messages stay, from the alias; nothing anyone can read names alice.
+    let mut seen = Vec::new();
+    for u in [&bob, &carol] {
+        for path in [
+            "/v1/conversations".to_string(),
+            format!("/v1/conversations/{group}/messages?afterSeq=0&limit=500"),
+            format!("/v1/groups/{group}"),
+            format!("/v1/groups/{group}/members"),
+            format!("/v1/conversations/{group}/read-positions"),
+            "/v1/user-stream?afterSeq=0&limit=500".to_string(),
+            "/v1/friends".to_string(),
+            "/v1/groups".to_string(),
+        ] {
+            strings(&ok(u, "GET", path, None).await, &mut seen);
+        }
+    }
+    for path in [
+        format!("/v1/conversations/{private}/messages?afterSeq=0&limit=500"),
+        format!("/v1/conversations/{private}/read-positions"),
+    ] {
+        strings(&ok(&bob, "GET", path, None).await, &mut seen);
+    }
+    assert!(
+        !seen.iter().any(|x| x.contains("alice")),
+        "alice is still shown: {seen:?}"
+    );
+    let pulled = s.pull_all(&bob, private).await;
+    assert_eq!(pulled[0]["senderId"], alias);
+    assert_eq!(pulled[0]["payload"]["text"], "hi bob");
+    let in_group = s.pull_all(&bob, group).await;
+    assert!(
+        in_group
+            .iter()
+            .any(|m| m["senderId"] == alias && m["payload"]["text"] == "hello all")
+    );
+    assert!(
+        in_group
+            .iter()
+            .any(|m| m["payload"]["mentions"] == json!([alias]))
+    );
+    // The group lives on under carol (the admin), without alias among its members.
+    let info = ok(&carol, "GET", format!("/v1/groups/{group}"), None).await;
+    assert_eq!(info["ownerId"], "carol", "{info}");
+    let members = ok(&carol, "GET", format!("/v1/groups/{group}/members"), None).await;
+    assert!(!members.to_string().contains(&alias), "{members}");
+    // Nothing can reach it any more.
+    let err = common::server::send_err(
+        &mut bob_ws,
+        text("4", "b-2", common::server::conv(private), "still there?"),
+    )
+    .await;
+    assert_eq!(err["code"], "user_not_found", "{err}");
+    let err =
+        common::server::send_err(&mut bob_ws, text("5", "b-3", peer("alice"), "hello?")).await;
+    assert_eq!(err["code"], "user_not_found", "{err}");
+    common::server::fails(
+        &s,
+        &bob,
+        "POST",
+        "/v1/friends/requests",
+        Some(json!({"userId": "alice"})),
+        404,
+        "user_not_found",
+    )
+    .await;
+    // dave's request from alice is gone from his list.
+    let requests = ok(&dave, "GET", "/v1/friends/requests".into(), None).await;
+    assert_eq!(requests["requests"], json!([]), "{requests}");
+    // Deleting again (the admin finishing an interrupted deletion) changes nothing.
+    let admin = Some(common::server::ADMIN_TOKEN);
+    let (status, again) = s.http("DELETE", "/admin/users/alice", admin, None).await;
+    assert_eq!(
+        (status, again["alias"].as_str()),
+        (200, Some(alias.as_str())),
+        "{again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_blip_mid_burst_is_invisible_to_senders() {
+    let Some(b) = Backend::postgres("a_database_blip_mid_burst_is_invisible_to_senders") else {
+        return;
+    };
+    let (db, s) = setup(&b, "pg-blip", common::server::FAST).await;
+    let bob = s.user("bob").await;
+    const SENDERS: usize = 8;
+    const EACH: usize = 400;
+    let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..SENDERS {
+        let user = s.user(&format!("alice{i}")).await;
+        let mut ws = s.connect(&user, "phone").await;
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            let frames: Vec<Value> = (0..EACH)
+                .map(|n| {
+                    text(
+                        &format!("{n}"),
+                        &format!("a{i}-{n}"),
+                        peer("bob"),
+                        &format!("{i} {n}"),
+                    )
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for chunk in frames.chunks(50) {
+                let got = ws.send_all(chunk, 50).await;
+                acked.fetch_add(got.len(), std::sync::atomic::Ordering::Relaxed);
+                answers.extend(got.into_values());
+            }
+            answers
+        }));
+    }
+    // Mid-burst, the database terminates every connection of the server.
+    let started = Instant::now();
+    while acked.load(std::sync::atomic::Ordering::Relaxed) < SENDERS * EACH / 4 {
+        assert!(started.elapsed() < SAFETY, "the burst did not start");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    use sqlx::Connection as _;
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let terminated: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!terminated.is_empty(), "no server connection to terminate");
+    let mut acks = Vec::new();
+    for t in tasks {
+        acks.extend(t.await.unwrap());
+    }
+    let errors: Vec<&Value> = acks.iter().filter(|a| a["type"] != "ack").collect();
+    assert!(errors.is_empty(), "senders saw errors: {errors:?}");
+    assert_eq!(acks.len(), SENDERS * EACH);
+    // Everything acked is stored, once, where its ack said.
+    let mut stored = std::collections::HashMap::new();
+    let conversations: std::collections::BTreeSet<i64> = acks
+        .iter()
+        .map(|a| a["conversationId"].as_i64().unwrap())
+        .collect();
+    for cid in conversations {
+        for m in s.pull_all(&bob, cid).await {
+            let key = (cid, m["seq"].as_i64().unwrap());
+            assert!(stored.insert(key, m).is_none());
+        }
+    }
+    assert_eq!(
+        stored.len(),
+        SENDERS * EACH,
+        "a message is missing or stored twice"
+    );
+    for a in &acks {
+        let key = (
+            a["conversationId"].as_i64().unwrap(),
+            a["seq"].as_i64().unwrap(),
+        );
+        assert_eq!(stored[&key]["msgId"], a["msgId"], "{a}");
+    }
+    println!(
+        "terminated {} connections mid-burst; {} acks, no errors",
+        terminated.len(),
+        acks.len()
+    );
+}

@@ -567,3 +567,44 @@ fn the_cli_lists_its_subcommands_and_check_exits_by_result() {
         "{report}"
     );
 }
+
+#[test]
+fn only_environment_variables_shaped_like_config_keys_are_config() {
+    let dir = scratch("env");
+    let config = dir.join("courier.toml");
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let list = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("COURIER_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.args(["plugin", "list", "--config"]).arg(&config);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    // A deployment's own variables under the prefix are not config.
+    let out = list(&[
+        ("COURIER_BIN", "/usr/local/bin/courier"),
+        ("COURIER_HOME", "/srv"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A misspelt key of the config shape refuses, naming it.
+    let out = list(&[("COURIER_GATEWAY__HEARTBEAT_SEC", "30")]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("heartbeat_sec"), "{stderr}");
+    let out = list(&[("COURIER_GATEWAY__HEARTBEAT_SECS", "30")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

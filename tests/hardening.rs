@@ -758,19 +758,7 @@ on_both!(
 async fn logout_and_revoke_all_end_tokens_and_their_connections(b: Backend) {
     let (_db, s) = setup(&b, "tokens", "").await;
     let alice = s.user("alice").await;
-    let (status, body) = s
-        .http(
-            "POST",
-            "/v1/auth/login",
-            None,
-            Some(json!({"userId": "alice", "password": "password-of-"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let second = User {
-        id: "alice".into(),
-        token: body["token"].as_str().unwrap().into(),
-    };
+    let second = s.login("alice").await;
     let mut phone = s.connect(&alice, "phone").await;
     let mut laptop = s.connect(&second, "laptop").await;
     // Logout ends this token and its connection only.
@@ -831,19 +819,7 @@ async fn logout_and_revoke_all_end_tokens_and_their_connections(b: Backend) {
         )
         .await;
     }
-    let (status, body) = s
-        .http(
-            "POST",
-            "/v1/auth/login",
-            None,
-            Some(json!({"userId": "alice", "password": "password-of-"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let fresh = User {
-        id: "alice".into(),
-        token: body["token"].as_str().unwrap().into(),
-    };
+    let fresh = s.login("alice").await;
     s.get(&fresh, "/v1/conversations").await;
     // The admin can do the same for any user.
     let admin = Some(common::server::ADMIN_TOKEN);
@@ -1003,46 +979,45 @@ async fn a_deleted_account_is_never_shown_by_its_name(b: Backend) {
     assert_eq!(a.closed().await.0, Some(4004));
 
     // The account is gone for good: its token, its password, its id.
-    s.expect_error(
-        "GET",
-        "/v1/conversations",
-        Some(&alice.token),
-        None,
-        401,
-        "account_deleted",
-    )
-    .await;
-    s.expect_error(
-        "POST",
-        "/v1/auth/login",
-        None,
-        Some(json!({"userId": "alice", "password": "password-of-"})),
-        401,
-        "invalid_credentials",
-    )
-    .await;
-    s.expect_error(
-        "POST",
-        "/v1/auth/register",
-        None,
-        Some(json!({"userId": "alice", "password": "password-of-"})),
-        409,
-        "user_exists",
-    )
-    .await;
-    let deployer = User {
-        id: "alice".into(),
-        token: s.deployer_token("alice", Some(0)),
-    };
-    s.expect_error(
-        "GET",
-        "/v1/conversations",
-        Some(&deployer.token),
-        None,
-        401,
-        "account_deleted",
-    )
-    .await;
+    let credentials = json!({"userId": "alice", "password": "password-of-"});
+    let deployer = s.deployer_token("alice", Some(0));
+    for (method, path, token, body, status, code) in [
+        (
+            "GET",
+            "/v1/conversations",
+            Some(alice.token.as_str()),
+            None,
+            401,
+            "account_deleted",
+        ),
+        (
+            "GET",
+            "/v1/conversations",
+            Some(deployer.as_str()),
+            None,
+            401,
+            "account_deleted",
+        ),
+        (
+            "POST",
+            "/v1/auth/login",
+            None,
+            Some(credentials.clone()),
+            401,
+            "invalid_credentials",
+        ),
+        (
+            "POST",
+            "/v1/auth/register",
+            None,
+            Some(credentials.clone()),
+            409,
+            "user_exists",
+        ),
+    ] {
+        s.expect_error(method, path, token, body, status, code)
+            .await;
+    }
 
     // Its messages stay, from the alias; nothing anyone can read names alice.
     let mut seen = Vec::new();

@@ -139,8 +139,11 @@ install_tool() {
     [ -f "$CACHE/wheels/$PIP_WHEEL" ] ||
         python3 -m pip download -q --no-deps -d "$CACHE/wheels" pip==20.3.4 >&2
     printf '%s\n' "$CONSTRAINTS" >"$CACHE/constraints.txt"
-    rm -rf "$CACHE/site"
+    # pip run from inside its wheel cannot build the sdists (wsaccel): unpack it first.
+    rm -rf "$CACHE/pip" "$CACHE/site"
     "$PY2" "$CACHE/wheels/$PIP_WHEEL/pip" install -q --disable-pip-version-check \
+        --no-warn-script-location --target "$CACHE/pip" "$CACHE/wheels/$PIP_WHEEL" >&2
+    PYTHONPATH="$CACHE/pip" "$PY2" -m pip install -q --disable-pip-version-check \
         --no-warn-script-location --target "$CACHE/site" \
         -c "$CACHE/constraints.txt" autobahntestsuite==0.8.2 >&2
     echo "$want" >"$stamp"

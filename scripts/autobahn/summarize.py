@@ -45,7 +45,9 @@ handshake, the client gives up after its timer and closes with 1001 "Going Away"
     (its timer: it was still waiting for an echo) and the server answered with 1000 or
     echoed 1001 (RFC 6455 5.5.1 lets an endpoint echo the code it received);
   * "size-limit" for FAILED ("failed by the wrong endpoint") when the server closed with
-    1009: it refused a message above 4 x gateway.max_frame_bytes, which RFC 6455 allows;
+    1009, and for a clean WRONG CODE 1009 (the client expected 1000; its close may have
+    crossed the server's): the server refused a message above 4 x
+    gateway.max_frame_bytes, which RFC 6455 allows (7.4.1);
   * "real" otherwise (e.g. WRONG CODE 1002 where 1007 is required).
 A case is real if either part is real; else size-limit if either part is; else echo.
 """
@@ -134,6 +136,10 @@ def classify_close(c):
         gave_up = c.get("closedByMe") and c.get("localCloseCode") == 1001
         if gave_up and remote in (1000, 1001) and c.get("wasClean"):
             return "echo"
+        # Courier sends 1009 only to refuse a message over its limit (the client's own
+        # close may have crossed it).
+        if remote == 1009 and c.get("wasClean"):
+            return "size-limit"
         return "real"
     if bc == "FAILED" and remote == 1009 and not c.get("closedByMe"):
         return "size-limit"

@@ -270,6 +270,23 @@ impl Server {
         }
     }
 
+    /// Logs in a user that `user` registered; a new token.
+    pub async fn login(&self, id: &str) -> User {
+        let (status, body) = self
+            .http(
+                "POST",
+                "/v1/auth/login",
+                None,
+                Some(json!({"userId": id, "password": "password-of-" })),
+            )
+            .await;
+        assert_eq!(status, 200, "login {id}: {body}");
+        User {
+            id: id.to_string(),
+            token: body["token"].as_str().unwrap().to_string(),
+        }
+    }
+
     /// One HTTP/1.1 request; the status and the JSON body (`Null` if none).
     pub async fn http(
         &self,
@@ -459,6 +476,21 @@ impl Ws {
         let (stream, _) = tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(tcp))
             .await
             .expect("WebSocket upgrade");
+        Ws::greeted(stream).await
+    }
+
+    /// Connects and reads the `hello` frame; `Err(status)` if the upgrade was refused.
+    pub async fn connect(addr: &str, token: &str, device: &str) -> Result<Ws, u16> {
+        let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}");
+        match tokio_tungstenite::connect_async(url).await {
+            Ok((stream, _)) => Ok(Ws::greeted(stream).await),
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+
+    /// The client of an upgraded stream, once it read its `hello`.
+    async fn greeted(stream: Stream) -> Ws {
         let mut ws = Ws {
             stream,
             hello: Value::Null,
@@ -467,25 +499,6 @@ impl Ws {
         assert_eq!(hello["type"], "hello", "{hello}");
         ws.hello = hello;
         ws
-    }
-
-    /// Connects and reads the `hello` frame; `Err(status)` if the upgrade was refused.
-    pub async fn connect(addr: &str, token: &str, device: &str) -> Result<Ws, u16> {
-        let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}");
-        match tokio_tungstenite::connect_async(url).await {
-            Ok((stream, _)) => {
-                let mut ws = Ws {
-                    stream,
-                    hello: Value::Null,
-                };
-                let hello = ws.next().await.expect("hello frame");
-                assert_eq!(hello["type"], "hello", "{hello}");
-                ws.hello = hello;
-                Ok(ws)
-            }
-            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
-            Err(e) => panic!("connect: {e}"),
-        }
     }
 
     pub async fn send(&mut self, frame: Value) {

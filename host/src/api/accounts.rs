@@ -237,26 +237,14 @@ fn user_path(
     Ok(user)
 }
 
-/// A user the admin names: it must exist (deleted or not).
+/// A user the admin names: it must exist; whether its account was deleted.
 async fn known_user(s: &AppState, user: &str) -> Result<bool, ApiError> {
-    let live = s
-        .core
+    s.core
         .store
-        .password_hash(user)
+        .is_deleted(user)
         .await
         .map_err(ApiError::store)?
-        .is_some();
-    let deleted = s
-        .core
-        .store
-        .deleted_alias(user)
-        .await
-        .map_err(ApiError::store)?
-        .is_some();
-    if !live && !deleted {
-        return Err(crate::store::batch::Refused::UserNotFound(user.to_string()).into());
-    }
-    Ok(deleted)
+        .ok_or_else(|| crate::store::batch::Refused::UserNotFound(user.to_string()).into())
 }
 
 /// `POST /admin/users/{userId}/revoke-all`.

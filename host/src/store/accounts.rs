@@ -144,6 +144,16 @@ impl Store {
         tx.commit().await
     }
 
+    /// Whether the user's account was deleted; `None`: no such user.
+    pub async fn is_deleted(&self, user_id: &str) -> sqlx::Result<Option<bool>> {
+        sqlx::query("SELECT deleted_at FROM users WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_optional(self.read())
+            .await?
+            .map(|r| r.try_get::<Option<i64>, _>(0).map(|d| d.is_some()))
+            .transpose()
+    }
+
     /// The alias of a deleted account (`None`: not deleted, or no such user).
     pub async fn deleted_alias(&self, user_id: &str) -> sqlx::Result<Option<String>> {
         sqlx::query("SELECT alias FROM users WHERE user_id = $1 AND deleted_at IS NOT NULL")
@@ -323,6 +333,12 @@ pub(crate) fn rename_in_json(v: &mut serde_json::Value, from: &str, to: &str) ->
     }
 }
 
+/// `text` (stored JSON) with `from` renamed `to` in its user id fields, if it names `from`.
+fn renamed(text: &str, from: &str, to: &str) -> Option<String> {
+    let mut v: serde_json::Value = serde_json::from_str(text).ok()?;
+    rename_in_json(&mut v, from, to).then(|| v.to_string())
+}
+
 /// Rows rewritten per transaction by `rename_in_payloads`.
 const REWRITE_CHUNK: usize = 256;
 
@@ -360,13 +376,9 @@ impl Store {
                 let mut tx = self.write().begin().await?;
                 for row in &rows {
                     let seq: i64 = row.try_get(0)?;
-                    let text: String = row.try_get(1)?;
-                    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) else {
-                        continue;
-                    };
-                    if rename_in_json(&mut v, from, to) {
+                    if let Some(payload) = renamed(&row.try_get::<String, _>(1)?, from, to) {
                         sqlx::query("UPDATE messages SET payload = $1 WHERE conversation_id = $2 AND seq = $3")
-                            .bind(v.to_string())
+                            .bind(payload)
                             .bind(id)
                             .bind(seq)
                             .execute(&mut *tx)
@@ -408,16 +420,12 @@ impl Store {
             }
             let mut tx = self.write().begin().await?;
             for row in &rows {
-                let (epoch, seq, text): (i64, i64, String) =
-                    (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-                let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) else {
-                    continue;
-                };
-                if rename_in_json(&mut v, from, to) {
+                let (epoch, seq): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+                if let Some(data) = renamed(&row.try_get::<String, _>(2)?, from, to) {
                     sqlx::query(
                         "UPDATE user_events SET data = $1 WHERE user_id = $2 AND epoch = $3 AND seq = $4",
                     )
-                    .bind(v.to_string())
+                    .bind(data)
                     .bind(user)
                     .bind(epoch)
                     .bind(seq)

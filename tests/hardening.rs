@@ -1074,6 +1074,17 @@ async fn a_deleted_account_is_never_shown_by_its_name(b: Backend) {
     let err =
         common::server::send_err(&mut bob_ws, text("5", "b-3", peer("alice"), "hello?")).await;
     assert_eq!(err["code"], "user_not_found", "{err}");
+    // Live kinds too (typing), by conversation and by the old id.
+    for (n, to) in [(6, common::server::conv(private)), (7, peer("alice"))] {
+        let mut typing = json!({"type": "send", "id": n.to_string(), "clientMsgId": format!("t-{n}"),
+            "conversationType": 1, "contentType": 5, "payload": {"state": "typing"}});
+        typing
+            .as_object_mut()
+            .unwrap()
+            .extend(to.as_object().unwrap().clone());
+        let err = common::server::send_err(&mut bob_ws, typing).await;
+        assert_eq!(err["code"], "user_not_found", "{err}");
+    }
     common::server::fails(
         &s,
         &bob,

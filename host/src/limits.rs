@@ -4,9 +4,30 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The part of a client's address that limits count it under: an IPv4 address (also when
+/// mapped into IPv6), or an IPv6 address's /64 prefix (one subscriber's network).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressKey {
+    V4(u32),
+    V6(u64),
+}
+
+impl AddressKey {
+    pub fn of(ip: IpAddr) -> AddressKey {
+        match ip {
+            IpAddr::V4(v4) => AddressKey::V4(u32::from(v4)),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => AddressKey::V4(u32::from(v4)),
+                None => AddressKey::V6((u128::from(v6) >> 64) as u64),
+            },
+        }
+    }
+}
 
 /// A token bucket: `rate` per second, up to `burst` at once.
 #[derive(Debug, Clone)]
@@ -266,6 +287,20 @@ mod tests {
             Limiter::<u32>::new(0, Duration::from_secs(1), 1)
                 .take(&9)
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_prefix() {
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(AddressKey::of(a), AddressKey::of(b));
+        assert_ne!(AddressKey::of(a), AddressKey::of(c));
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(
+            AddressKey::of(mapped),
+            AddressKey::of("10.0.0.1".parse().unwrap())
         );
     }
 

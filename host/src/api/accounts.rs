@@ -173,7 +173,7 @@ pub async fn revoke_all(
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Confirm {
-    password: String,
+    password: Option<String>,
 }
 
 /// `DELETE /v1/account`: deletes the caller's account. An account with a password must
@@ -193,7 +193,15 @@ pub async fn delete_own(
         .map_err(ApiError::store)?
         .flatten();
     if let Some(hash) = hash {
+        // The password is checked as a login's is: counted, limited, locked.
         attempt(&s, peer.as_deref())?;
+        s.attempts.may_log_in(&user).map_err(|retry| {
+            s.core.guards.count(Guard::AuthRateLimited);
+            ApiError::rate_limited(
+                "too many failed logins for this account; retry later",
+                retry,
+            )
+        })?;
         let wrong = || {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -201,7 +209,7 @@ pub async fn delete_own(
                 "deleting an account with a password needs the password: {\"password\": \"…\"}",
             )
         };
-        let password = confirm.ok_or_else(wrong)?.password;
+        let password = confirm.and_then(|c| c.password).ok_or_else(wrong)?;
         let ok = s
             .passwords
             .verify(password, Some(hash))

@@ -229,8 +229,9 @@ impl axum::extract::FromRequestParts<AppState> for Authenticated {
 #[derive(Clone)]
 pub struct Peer {
     pub addr: std::net::SocketAddr,
-    /// When the connection was accepted (the WebSocket handshake deadline runs from it).
-    pub accepted_at: std::time::Instant,
+    /// When the request's head had arrived (the WebSocket handshake deadline runs from
+    /// it).
+    pub head_at: std::time::Instant,
     /// Holds the connection's place under the connection caps while it is held: an
     /// upgraded WebSocket keeps it for its whole life.
     pub admitted: Arc<dyn std::any::Any + Send + Sync>,
@@ -252,11 +253,6 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
         read_json(req, s.core.settings.max_frame_bytes)
             .await
             .map(Body)
-            .inspect_err(|e| {
-                if e.code == "request_timeout" {
-                    s.core.guards.count(crate::limits::Guard::BodyTimeout);
-                }
-            })
     }
 }
 

@@ -266,7 +266,7 @@ impl Passwords {
 /// The rate limits of logins and registrations: attempts per client address, failed
 /// logins per account.
 pub struct Attempts {
-    per_address: crate::limits::Limiter<std::net::IpAddr>,
+    per_address: crate::limits::Limiter<crate::limits::AddressKey>,
     failures: crate::limits::Limiter<String>,
 }
 
@@ -289,7 +289,8 @@ impl Attempts {
 
     /// Counts an attempt from `address`; `Err(retry_after)` over its allowance.
     pub fn attempt(&self, address: std::net::IpAddr) -> Result<(), std::time::Duration> {
-        self.per_address.take(&address)
+        self.per_address
+            .take(&crate::limits::AddressKey::of(address))
     }
 
     /// `Err(retry_after)` while `user_id` has used up its failed logins.

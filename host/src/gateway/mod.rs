@@ -72,7 +72,7 @@ pub async fn upgrade(
             ApiError::bad_request("not a WebSocket upgrade: this connection cannot be upgraded")
         })?;
     let peer = req.extensions().get::<Peer>().cloned();
-    let opened = peer.as_ref().map_or_else(Instant::now, |p| p.accepted_at);
+    let opened = peer.as_ref().map_or_else(Instant::now, |p| p.head_at);
     let deadline = opened + Duration::from_secs(core.settings.handshake_secs);
     tokio::spawn(async move {
         // Holds the connection's place under the connection caps for as long as it lives.

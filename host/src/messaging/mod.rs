@@ -302,6 +302,9 @@ impl Core {
         if live_members.blockers.iter().any(|u| u != sender) {
             return Err(Refused::Blocked.into());
         }
+        if let Some(alias) = &live_members.deleted {
+            return Err(Refused::UserNotFound(alias.clone()).into());
+        }
         if conversation_type != live.conversation_type {
             return Err(Refused::ConversationTypeMismatch {
                 conversation_id,
@@ -349,7 +352,6 @@ impl Core {
         Ok(id)
     }
 
-    /// Drops the cached members of a conversation whose membership changed.
     /// Forgets every conversation's members (an account was renamed in all of them).
     pub(crate) fn forget_all_members(&self) {
         let mut cache = self.members.lock().expect("members");
@@ -357,6 +359,7 @@ impl Core {
         cache.clear();
     }
 
+    /// Drops the cached members of a conversation whose membership changed.
     pub(crate) fn forget_members(&self, conversation_id: i64) {
         let mut cache = self.members.lock().expect("members");
         self.generation.fetch_add(1, Ordering::AcqRel);

@@ -153,7 +153,6 @@ async fn connection(
     mut stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let accepted_at = Instant::now();
     let clock = Arc::new(Clock::new());
     let io = TokioIo::new(Watched {
         inner: stream,
@@ -161,11 +160,12 @@ async fn connection(
     });
     let request_clock = clock.clone();
     let body_timeout = deadlines.body;
+    let body_guards = guards.clone();
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         request_clock.set(Phase::Busy);
         let peer = Peer {
             addr: peer,
-            accepted_at,
+            head_at: Instant::now(),
             admitted: admitted.clone(),
         };
         answer(
@@ -173,11 +173,14 @@ async fn connection(
             peer,
             router.clone(),
             request_clock.clone(),
-            body_timeout,
+            (body_timeout, body_guards.clone()),
         )
     });
+    // hyper's own head timeout (30 s, restarted when a connection goes idle) is off: the
+    // clock below holds every phase to the configured deadlines.
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
+        .header_read_timeout(None)
         .keep_alive(true)
         .serve_connection(io, service)
         .with_upgrades();
@@ -221,7 +224,7 @@ async fn answer(
     peer: Peer,
     mut router: Router,
     clock: Arc<Clock>,
-    body_timeout: Duration,
+    (body_timeout, guards): (Duration, Arc<Guards>),
 ) -> Result<Response<Body>, Infallible> {
     let (mut parts, incoming) = req.into_parts();
     let read_whole = Arc::new(AtomicBool::new(hyper::body::Body::is_end_stream(&incoming)));
@@ -230,6 +233,7 @@ async fn answer(
         inner: incoming,
         deadline: Box::pin(tokio::time::sleep(body_timeout)),
         read_whole: read_whole.clone(),
+        guards,
     });
     let mut res = router
         .call(Request::from_parts(parts, body))
@@ -242,12 +246,13 @@ async fn answer(
     Ok(res.map(|b| Body::new(Ends { inner: b, clock })))
 }
 
-/// A request body that fails with `BodyTimeout` once its deadline passes, and says whether
-/// it was read to its end.
+/// A request body that fails with `BodyTimeout` once its deadline passes (counted), and
+/// says whether it was read to its end.
 struct Timed {
     inner: Incoming,
     deadline: Pin<Box<tokio::time::Sleep>>,
     read_whole: Arc<AtomicBool>,
+    guards: Arc<Guards>,
 }
 
 impl hyper::body::Body for Timed {
@@ -270,7 +275,10 @@ impl hyper::body::Body for Timed {
                 Poll::Ready(Some(frame.map_err(Into::into)))
             }
             Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimeout.into()))),
+                Poll::Ready(()) => {
+                    self.guards.count(Guard::BodyTimeout);
+                    Poll::Ready(Some(Err(BodyTimeout.into())))
+                }
                 Poll::Pending => Poll::Pending,
             },
         }

@@ -82,8 +82,9 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     let addr = listener.local_addr()?;
     let limits = &config.server;
+    let open_files = admission::raise_open_file_limit();
     let max_connections = match limits.max_connections {
-        0 => admission::default_max_connections(),
+        0 => admission::default_max_connections(open_files),
         n => n,
     };
     let admission = admission::Admission::new(max_connections, limits.max_connections_per_address);
@@ -96,8 +97,14 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     tracing::info!(
         max_connections,
         per_address = limits.max_connections_per_address,
+        open_files,
         "connection caps"
     );
+    if max_connections as u64 + 64 > open_files {
+        tracing::warn!(
+            "server.max_connections ({max_connections}) leaves fewer than 64 of the {open_files} open files for the database and plugins"
+        );
+    }
     let state = AppState::new(core.clone(), config, config_path);
     // Registered before the listening line, so a SIGHUP right after start-up reloads
     // instead of killing the process.

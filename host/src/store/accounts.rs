@@ -49,6 +49,14 @@ impl Store {
             .fetch_optional(self.read())
             .await?;
         let Some(row) = row else {
+            // The aliases of deleted accounts are reserved: a token for an unknown one
+            // speaks for no one.
+            if user_id.starts_with(crate::auth::DELETED_PREFIX) {
+                return Ok(AccountRow {
+                    deleted: true,
+                    ..AccountRow::default()
+                });
+            }
             sqlx::query(
                 "INSERT INTO users (user_id, password_hash, created_at) VALUES ($1, NULL, $2) \
                  ON CONFLICT (user_id) DO NOTHING",
@@ -299,9 +307,23 @@ pub(crate) async fn rename_account(
     Ok(())
 }
 
-/// Keys of a stored JSON payload whose string values are user ids.
+/// Keys of stored payloads (tips, friend requests, user-stream events, mentions) whose
+/// string values are user ids.
+const USER_ID_KEYS: [&str; 10] = [
+    "operatorId",
+    "userId",
+    "userIds",
+    "kickedUserIds",
+    "fromUserId",
+    "toUserId",
+    "ownerId",
+    "senderId",
+    "by",
+    "mentions",
+];
+
 fn names_users(key: &str) -> bool {
-    key.ends_with("Id") || key.ends_with("Ids") || key == "by" || key == "mentions"
+    USER_ID_KEYS.contains(&key)
 }
 
 /// Replaces `from` by `to` wherever a user id field of `v` holds it; whether it did.

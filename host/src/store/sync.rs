@@ -76,6 +76,8 @@ pub struct LiveMembers {
     pub mute_all: bool,
     /// Private conversations: the member who blocks the other, if any.
     pub blockers: Vec<String>,
+    /// Private conversations: the member whose account was deleted (its alias), if any.
+    pub deleted: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -176,7 +178,7 @@ impl Store {
     pub async fn live_members(&self, conversation_id: i64) -> sqlx::Result<Option<LiveMembers>> {
         let rows = sqlx::query(
             "SELECT c.conversation_type, m.user_id, m.role, m.muted_until, COALESCE(g.mute_all, 0), \
-             m.blocks_peer \
+             m.blocks_peer, m.state \
              FROM conversations c JOIN members m ON m.conversation_id = c.conversation_id \
              LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
              WHERE c.conversation_id = $1 AND m.left_at_seq IS NULL",
@@ -193,6 +195,7 @@ impl Store {
             members: Vec::with_capacity(rows.len()),
             roles: std::collections::HashMap::new(),
             blockers: Vec::new(),
+            deleted: None,
         };
         for r in &rows {
             let user: String = r.try_get(1)?;
@@ -202,6 +205,11 @@ impl Store {
             }
             if r.try_get::<i64, _>(5)? != 0 {
                 live.blockers.push(user.clone());
+            }
+            if r.try_get::<i64, _>(6)? == super::batch::MEMBER_DELETED
+                && live.conversation_type == 1
+            {
+                live.deleted = Some(user.clone());
             }
             live.members.push(user);
         }

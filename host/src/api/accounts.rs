@@ -12,8 +12,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState, Authenticated, Body, Peer, require_admin};
-use crate::auth::{Busy, DELETED_PREFIX, valid_user_id};
+use crate::auth::{Busy, valid_user_id};
 use crate::limits::Guard;
+use crate::store::accounts::DELETED_PREFIX;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -171,10 +171,6 @@ impl Tokens {
     }
 }
 
-/// The start of a deleted account's alias (`social::accounts`): no one registers an id
-/// that starts with it.
-pub const DELETED_PREFIX: &str = "deleted-";
-
 /// User ids: 1–64 of `A–Z a–z 0–9 _ . - @`.
 pub fn valid_user_id(s: &str) -> bool {
     (1..=64).contains(&s.len())

@@ -9,9 +9,9 @@ use serde_json::json;
 
 use super::{Decision, Effects};
 use crate::api::ApiError;
-use crate::auth::{DELETED_PREFIX, random_bytes};
+use crate::auth::random_bytes;
 use crate::messaging::Core;
-use crate::store::accounts::rename_account;
+use crate::store::accounts::{DELETED_PREFIX, rename_account};
 use crate::store::batch::committing;
 use crate::store::groups::Role;
 use crate::store::now_ms;

@@ -4,6 +4,10 @@ use sqlx::Row as _;
 
 use super::{Store, now_ms};
 
+/// The start of a deleted account's alias (`rename_account`): no one registers an id that
+/// starts with it, and an unknown one is no one's.
+pub const DELETED_PREFIX: &str = "deleted-";
+
 /// What authentication needs of an account.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AccountRow {
@@ -51,7 +55,7 @@ impl Store {
         let Some(row) = row else {
             // The aliases of deleted accounts are reserved: a token for an unknown one
             // speaks for no one.
-            if user_id.starts_with(crate::auth::DELETED_PREFIX) {
+            if user_id.starts_with(DELETED_PREFIX) {
                 return Ok(AccountRow {
                     deleted: true,
                     ..AccountRow::default()

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::server::{Backend, Db, JWT_SECRET, Server, http_at};
+use common::server::{Backend, Db, JWT_SECRET, Sections, Server, http_at};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -732,6 +732,21 @@ fn phase(name: &str) -> bool {
     std::env::var("BENCH_PHASES").map_or(true, |p| p.split(',').any(|x| x.trim() == name))
 }
 
+/// The bench's server: the load generator is every client, all from 127.0.0.1, so no cap
+/// per address.
+async fn start(db: &Db, storage: &str) -> Server {
+    Server::start_sections(
+        db,
+        Sections {
+            server: "max_connections_per_address = 0\n",
+            storage,
+            extra: GATEWAY,
+            ..Sections::default()
+        },
+    )
+    .await
+}
+
 async fn run(
     name: &str,
     backend: Backend,
@@ -740,7 +755,7 @@ async fn run(
 ) -> HashMap<&'static str, String> {
     let mut out = HashMap::new();
     let db = Db::new(&backend, &format!("bench-{name}")).await;
-    let server = Server::start_with(&db, storage, GATEWAY).await;
+    let server = start(&db, storage).await;
     eprintln!(
         "[{name}] server on {} (pid {:?})",
         server.addr,
@@ -829,7 +844,7 @@ async fn run(
         return out;
     }
     // A fresh server for the memory figure.
-    let server = Server::start_with(&db, storage, GATEWAY).await;
+    let server = start(&db, storage).await;
     let (per, before, after) = idle_memory(&server, "mem", 10_000).await;
     eprintln!("[{name}] idle connections: {per:.0} B each (RSS {before} KiB → {after} KiB)");
     out.insert(

@@ -272,7 +272,10 @@ async fn run(
             } else {
                 GOODBYE
             };
-            let _ = tokio::time::timeout(grace, say_goodbye(&mut socket, why, &device)).await;
+            // Boxed: its state (a read buffer among it) lives on the heap only while a
+            // connection closes, so an idle connection's task stays small.
+            let goodbye = Box::pin(say_goodbye(&mut socket, why, &device));
+            let _ = tokio::time::timeout(grace, goodbye).await;
         }
     }
 }
@@ -307,7 +310,7 @@ async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
     if matches!(why, Close::TooBig | Close::Protocol | Close::NotUtf8) {
         let io = socket.get_mut();
         let _ = io.shutdown().await;
-        let mut sink = [0u8; 8192];
+        let mut sink = vec![0u8; 8192];
         while let Ok(n) = io.read(&mut sink).await {
             if n == 0 {
                 break;

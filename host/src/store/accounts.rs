@@ -232,22 +232,18 @@ pub(crate) async fn rename_account(
         .execute(&mut *conn)
         .await?;
     }
-    sqlx::query("DELETE FROM group_join_requests WHERE user_id = $1 AND state = 0")
-        .bind(from)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("DELETE FROM user_events WHERE user_id = $1")
-        .bind(from)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("DELETE FROM user_streams WHERE user_id = $1")
-        .bind(from)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("DELETE FROM revoked_tokens WHERE user_id = $1")
-        .bind(from)
-        .execute(&mut *conn)
-        .await?;
+    // Its pending join requests, its own user stream and its revoked tokens: no one's now.
+    for gone in [
+        "group_join_requests WHERE user_id = $1 AND state = 0",
+        "user_events WHERE user_id = $1",
+        "user_streams WHERE user_id = $1",
+        "revoked_tokens WHERE user_id = $1",
+    ] {
+        sqlx::query(&format!("DELETE FROM {gone}"))
+            .bind(from)
+            .execute(&mut *conn)
+            .await?;
+    }
     const COLUMNS: [(&str, &str); 13] = [
         ("messages", "sender_id"),
         ("members", "user_id"),

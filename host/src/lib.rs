@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod limits;
 pub mod messaging;
 pub mod plugins;
+pub mod protocol;
 pub mod server;
 pub mod social;
 pub mod store;

@@ -11,7 +11,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, Authenticated, Body, Peer, require_admin};
+use super::{AppState, Authenticated, Body, Code, Error, Peer, require_admin};
 use crate::auth::{Busy, valid_user_id};
 use crate::limits::Guard;
 use crate::store::accounts::DELETED_PREFIX;
@@ -24,13 +24,13 @@ pub struct Credentials {
 }
 
 /// A new token for `user_id`, issued no earlier than the cut-off of its last revoke-all.
-async fn token_body(s: &AppState, user_id: &str) -> Result<Json<Value>, ApiError> {
+async fn token_body(s: &AppState, user_id: &str) -> Result<Json<Value>, Error> {
     let valid_from = s
         .core
         .store
         .tokens_valid_from(user_id)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     let (token, expires_at) = s.core.tokens.issue_from(user_id, valid_from);
     Ok(Json(
         json!({ "userId": user_id, "token": token, "expiresAt": expires_at }),
@@ -43,48 +43,45 @@ fn client_address(peer: Option<&Peer>) -> IpAddr {
 }
 
 /// Counts a login or registration attempt against the client address's allowance.
-fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), ApiError> {
+fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), Error> {
     s.attempts.attempt(client_address(peer)).map_err(|retry| {
         s.core.guards.count(Guard::AuthRateLimited);
-        ApiError::rate_limited(
+        Error::rate_limited(
             "too many logins and registrations from your address; retry later",
             retry,
         )
     })
 }
 
-fn busy(s: &AppState, e: Busy) -> ApiError {
+fn busy(s: &AppState, e: Busy) -> Error {
     s.core.guards.count(Guard::HashBusy);
-    ApiError::busy(e.to_string())
+    Error::busy(e.to_string())
 }
 
 pub async fn register(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
     Body(c): Body<Credentials>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Value>), Error> {
     if !s.core.settings.registration {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "registration_closed",
+        return Err(Error::new(
+            Code::RegistrationClosed,
             "registration is switched off on this server",
         ));
     }
     attempt(&s, peer.as_deref())?;
     if !valid_user_id(&c.user_id) {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "userId must be 1 to 64 of A-Z a-z 0-9 _ . - @",
         ));
     }
     if c.user_id.starts_with(DELETED_PREFIX) {
-        return Err(ApiError::bad_request(format!(
+        return Err(Error::bad_request(format!(
             "user ids starting with {DELETED_PREFIX:?} are reserved for deleted accounts"
         )));
     }
     if !(8..=256).contains(&c.password.chars().count()) {
-        return Err(ApiError::bad_request(
-            "password must be 8 to 256 characters",
-        ));
+        return Err(Error::bad_request("password must be 8 to 256 characters"));
     }
     let hash = s
         .passwords
@@ -96,11 +93,10 @@ pub async fn register(
         .store
         .create_user(&c.user_id, &hash)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     if !created {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "user_exists",
+        return Err(Error::new(
+            Code::UserExists,
             format!("the user id {:?} is taken", c.user_id),
         ));
     }
@@ -111,21 +107,15 @@ pub async fn login(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
     Body(c): Body<Credentials>,
-) -> Result<Json<Value>, ApiError> {
-    let wrong = || {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_credentials",
-            "unknown user or wrong password",
-        )
-    };
+) -> Result<Json<Value>, Error> {
+    let wrong = || Error::new(Code::InvalidCredentials, "unknown user or wrong password");
     attempt(&s, peer.as_deref())?;
     if !valid_user_id(&c.user_id) {
         return Err(wrong());
     }
     s.attempts.may_log_in(&c.user_id).map_err(|retry| {
         s.core.guards.count(Guard::AuthRateLimited);
-        ApiError::rate_limited(
+        Error::rate_limited(
             "too many failed logins for this account; retry later",
             retry,
         )
@@ -135,7 +125,7 @@ pub async fn login(
         .store
         .password_hash(&c.user_id)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .flatten();
     let ok = s
         .passwords
@@ -154,7 +144,7 @@ pub async fn login(
 pub async fn logout(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     s.core.revoke_token(&session).await?;
     Ok(Json(json!({ "userId": session.user_id, "revoked": true })))
 }
@@ -164,7 +154,7 @@ pub async fn logout(
 pub async fn revoke_all(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let valid_from = s.core.revoke_all_tokens(&session.user_id).await?;
     Ok(Json(
         json!({ "userId": session.user_id, "tokensValidFrom": valid_from }),
@@ -184,29 +174,28 @@ pub async fn delete_own(
     peer: Option<Extension<Peer>>,
     Authenticated(session): Authenticated,
     Body(confirm): Body<Option<Confirm>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let user = session.user_id;
     let hash = s
         .core
         .store
         .password_hash(&user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .flatten();
     if let Some(hash) = hash {
         // The password is checked as a login's is: counted, limited, locked.
         attempt(&s, peer.as_deref())?;
         s.attempts.may_log_in(&user).map_err(|retry| {
             s.core.guards.count(Guard::AuthRateLimited);
-            ApiError::rate_limited(
+            Error::rate_limited(
                 "too many failed logins for this account; retry later",
                 retry,
             )
         })?;
         let wrong = || {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_credentials",
+            Error::new(
+                Code::InvalidCredentials,
                 "deleting an account with a password needs the password: {\"password\": \"…\"}",
             )
         };
@@ -227,32 +216,32 @@ pub async fn delete_own(
 
 /// Runs a deletion to its end even if the client goes away meanwhile (it takes a while
 /// for an account with much history; an interrupted one is finished by deleting again).
-async fn delete(s: &AppState, user: &str) -> Result<String, ApiError> {
+async fn delete(s: &AppState, user: &str) -> Result<String, Error> {
     let (core, user) = (s.core.clone(), user.to_string());
     tokio::spawn(async move { core.delete_account(&user).await })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| Error::internal(e.to_string()))?
 }
 
 fn user_path(
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<String, ApiError> {
+) -> Result<String, Error> {
     let user = path
         .map(|Path(u)| u)
-        .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))?;
+        .map_err(|e| Error::bad_request(format!("bad path: {e}")))?;
     if !valid_user_id(&user) {
-        return Err(ApiError::bad_request("not a valid user id"));
+        return Err(Error::bad_request("not a valid user id"));
     }
     Ok(user)
 }
 
 /// A user the admin names: it must exist; whether its account was deleted.
-async fn known_user(s: &AppState, user: &str) -> Result<bool, ApiError> {
+async fn known_user(s: &AppState, user: &str) -> Result<bool, Error> {
     s.core
         .store
         .is_deleted(user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .ok_or_else(|| crate::store::batch::Refused::UserNotFound(user.to_string()).into())
 }
 
@@ -261,7 +250,7 @@ pub async fn admin_revoke_all(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let user = user_path(path)?;
     if known_user(&s, &user).await? {
@@ -279,7 +268,7 @@ pub async fn admin_delete(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let user = user_path(path)?;
     known_user(&s, &user).await?;

@@ -7,17 +7,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, Body, User};
-use crate::gateway::frames::{SendFrame, raw};
+use super::{AppState, Body, Code, Error, User};
 use crate::messaging::{Answer, Prepared, SendAnswer};
+use crate::protocol::frames::{SendFrame, raw};
 use crate::store::batch::Op;
 use crate::store::sync::{Direction, MessageRow, OverviewRow};
 
 type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
 
-fn conversation_id(path: IdPath) -> Result<i64, ApiError> {
+fn conversation_id(path: IdPath) -> Result<i64, Error> {
     path.map(|Path(id)| id)
-        .map_err(|_| ApiError::bad_request("the conversation id must be an integer"))
+        .map_err(|_| Error::bad_request("the conversation id must be an integer"))
 }
 
 /// A stored message as pulls return it: the `notify` envelope without `type`.
@@ -59,7 +59,7 @@ pub async fn send(
     State(s): State<AppState>,
     User(user): User,
     Body(req): Body<SendFrame>,
-) -> Result<Json<SendAnswer>, ApiError> {
+) -> Result<Json<SendAnswer>, Error> {
     let core = s.core.clone();
     let prepared = tokio::task::spawn_blocking({
         let core = core.clone();
@@ -67,11 +67,11 @@ pub async fn send(
         move || core.prepare(&user, req)
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
+    .map_err(|e| Error::internal(e.to_string()))??;
     match prepared {
         Prepared::Stored(m) => match core.submit_and_wait(Op::Send(m)).await? {
             Answer::Sent(ack) => Ok(Json(SendAnswer::Stored(ack))),
-            Answer::Read(_) => Err(ApiError::internal("a send was answered as a read")),
+            Answer::Read(_) => Err(Error::internal("a send was answered as a read")),
         },
         Prepared::Live(live) => Ok(Json(SendAnswer::Live(
             core.deliver_live(&user, live, 0).await?,
@@ -95,33 +95,31 @@ pub async fn pull(
     User(user): User,
     path: IdPath,
     query: Result<Query<PullQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = conversation_id(path)?;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let Query(q) = query.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let (direction, default) = match (q.after_seq, q.before_seq) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "give afterSeq or beforeSeq, not both",
-            ));
+            return Err(Error::bad_request("give afterSeq or beforeSeq, not both"));
         }
         (None, Some(b)) => (Direction::Before(b), 50),
         (a, None) => (Direction::After(a.unwrap_or(0).max(0)), 100),
     };
     let limit = q.limit.unwrap_or(default);
     if limit < 1 {
-        return Err(ApiError::bad_request("limit must be at least 1"));
+        return Err(Error::bad_request("limit must be at least 1"));
     }
     let limit = limit.min(PULL_MAX);
     let store = &s.core.store;
     let m = store
         .membership(&user, id)
         .await
-        .map_err(ApiError::store)??;
+        .map_err(crate::store::unavailable)??;
     let after = matches!(direction, Direction::After(_));
     let rows = store
         .pull(id, &m, direction, limit)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     let has_more = match (after, rows.first(), rows.last()) {
         (true, _, Some(last)) => rows.len() as i64 == limit && m.visible_after(last.message.seq),
         (false, Some(first), _) => {
@@ -173,18 +171,18 @@ pub async fn overview(
     State(s): State<AppState>,
     User(user): User,
     query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+) -> Result<Json<Value>, Error> {
+    let Query(q) = query.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=200).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be 1 to 200"));
+        return Err(Error::bad_request("limit must be 1 to 200"));
     }
     let cursor = match q.cursor.as_deref() {
         None | Some("") => None,
         Some(c) => Some(
             c.split_once('.')
                 .and_then(|(t, id)| Some((t.parse().ok()?, id.parse().ok()?)))
-                .ok_or_else(|| ApiError::bad_request("cursor is not one this server gave"))?,
+                .ok_or_else(|| Error::bad_request("cursor is not one this server gave"))?,
         ),
     };
     let rows = s
@@ -192,7 +190,7 @@ pub async fn overview(
         .store
         .overview(&user, cursor, None, limit)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     let next = (rows.len() as i64 == limit)
         .then(|| {
             rows.last()
@@ -205,7 +203,7 @@ pub async fn overview(
         rows.into_iter().map(|r| overview_view(&state, r)).collect()
     })
     .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    .map_err(|e| Error::internal(e.to_string()))?;
     Ok(Json(json!({ "conversations": list, "nextCursor": next })))
 }
 
@@ -213,14 +211,14 @@ pub async fn one(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = conversation_id(path)?;
     let row = s
         .core
         .store
         .overview(&user, None, Some(id), 1)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .pop()
         .ok_or(crate::store::batch::Refused::NotAMember(id))?;
     Ok(Json(overview_view(&s, row)))
@@ -237,7 +235,7 @@ pub async fn read(
     User(user): User,
     path: IdPath,
     Body(b): Body<ReadBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = conversation_id(path)?;
     let op = Op::Read {
         user_id: user,
@@ -246,7 +244,7 @@ pub async fn read(
     };
     match s.core.submit_and_wait(op).await? {
         Answer::Read(ack) => Ok(Json(serde_json::to_value(ack).unwrap_or(Value::Null))),
-        Answer::Sent(_) => Err(ApiError::internal("a read was answered as a send")),
+        Answer::Sent(_) => Err(Error::internal("a read was answered as a send")),
     }
 }
 
@@ -254,25 +252,25 @@ pub async fn read_positions(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = conversation_id(path)?;
     let store = &s.core.store;
     let m = store
         .membership(&user, id)
         .await
-        .map_err(ApiError::store)??;
+        .map_err(crate::store::unavailable)??;
     // A group's members are its current members' business; a channel's, its owner's and
     // admins' only.
     if m.conversation_type >= 2 {
         let me = store
             .member(id, &user)
             .await
-            .map_err(ApiError::store)?
+            .map_err(crate::store::unavailable)?
             .filter(|m| m.is_current())
             .ok_or(crate::store::batch::Refused::NotAMember(id))?;
         if m.conversation_type == 3 && me.role < crate::store::groups::Role::Admin {
-            return Err(ApiError::forbidden(
-                "permission_denied",
+            return Err(Error::new(
+                Code::PermissionDenied,
                 "a channel's subscribers do not see who read what",
             ));
         }
@@ -280,7 +278,7 @@ pub async fn read_positions(
     let positions: Vec<Value> = store
         .read_positions(id, &user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .into_iter()
         .map(|(u, seq)| json!({ "userId": u, "readSeq": seq }))
         .collect();

@@ -5,7 +5,7 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, Body, User};
+use super::{AppState, Body, Code, Error, User};
 use crate::social::groups_info as info;
 use crate::social::{GroupPatch, NewGroup};
 use crate::store::batch::Refused;
@@ -14,38 +14,38 @@ use crate::store::groups::{Group, Role};
 type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
 type IdUserPath = Result<Path<(i64, String)>, axum::extract::rejection::PathRejection>;
 
-fn group_id(path: IdPath) -> Result<i64, ApiError> {
+fn group_id(path: IdPath) -> Result<i64, Error> {
     path.map(|Path(id)| id)
-        .map_err(|_| ApiError::bad_request("the group id must be an integer"))
+        .map_err(|_| Error::bad_request("the group id must be an integer"))
 }
 
-fn id_user(path: IdUserPath) -> Result<(i64, String), ApiError> {
+fn id_user(path: IdUserPath) -> Result<(i64, String), Error> {
     path.map(|Path(p)| p)
-        .map_err(|_| ApiError::bad_request("the path is /v1/groups/{integer id}/…/{userId}"))
+        .map_err(|_| Error::bad_request("the path is /v1/groups/{integer id}/…/{userId}"))
 }
 
-fn not_found(id: i64) -> ApiError {
-    ApiError::missing("group_not_found", format!("no group or channel {id}"))
+fn not_found(id: i64) -> Error {
+    Error::new(Code::GroupNotFound, format!("no group or channel {id}"))
 }
 
-async fn group_of(s: &AppState, id: i64) -> Result<Group, ApiError> {
+async fn group_of(s: &AppState, id: i64) -> Result<Group, Error> {
     s.core
         .store
         .group(id)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .ok_or_else(|| not_found(id))
 }
 
 /// The group and the caller's current role in it, or `not_a_member`.
-async fn current_role(s: &AppState, id: i64, user: &str) -> Result<(Group, Role), ApiError> {
+async fn current_role(s: &AppState, id: i64, user: &str) -> Result<(Group, Role), Error> {
     let g = group_of(s, id).await?;
     let role = s
         .core
         .store
         .member(id, user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .filter(|m| m.is_current())
         .map(|m| m.role)
         .ok_or(Refused::NotAMember(id))?;
@@ -56,17 +56,17 @@ pub async fn create(
     State(s): State<AppState>,
     User(user): User,
     Body(b): Body<NewGroup>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     Ok(Json(s.core.create_group(&user, b).await?))
 }
 
-pub async fn mine(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+pub async fn mine(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
     let list: Vec<Value> = s
         .core
         .store
         .my_groups(&user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .into_iter()
         .map(|(g, m)| {
             let mut v = info(&g);
@@ -83,7 +83,7 @@ pub async fn one(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
     let g = group_of(&s, id).await?;
     let discoverable = !g.dissolved && matches!(g.join_policy.as_str(), "open" | "approval");
@@ -92,7 +92,7 @@ pub async fn one(
             .store
             .member(id, &user)
             .await
-            .map_err(ApiError::store)?
+            .map_err(crate::store::unavailable)?
             .ok_or(Refused::NotAMember(id))?;
     }
     Ok(Json(info(&g)))
@@ -103,7 +103,7 @@ pub async fn patch(
     User(user): User,
     path: IdPath,
     Body(b): Body<GroupPatch>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     Ok(Json(s.core.patch_group(&user, group_id(path)?, b).await?))
 }
 
@@ -119,17 +119,17 @@ pub async fn members(
     User(user): User,
     path: IdPath,
     q: Result<Query<MembersQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
-    let Query(q) = q.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let Query(q) = q.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let limit = q.limit.unwrap_or(200);
     if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be 1 to 1000"));
+        return Err(Error::bad_request("limit must be 1 to 1000"));
     }
     let (g, role) = current_role(&s, id, &user).await?;
     if g.conversation_type == 3 && role < Role::Admin {
-        return Err(ApiError::forbidden(
-            "permission_denied",
+        return Err(Error::new(
+            Code::PermissionDenied,
             "a channel's subscribers do not see its member list",
         ));
     }
@@ -138,7 +138,7 @@ pub async fn members(
         .store
         .group_members(id, q.after.as_deref().unwrap_or(""), limit + 1)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     let has_more = rows.len() as i64 > limit;
     let list: Vec<Value> = rows
         .iter()
@@ -168,9 +168,9 @@ pub async fn add(
     User(user): User,
     path: IdPath,
     Body(b): Body<UsersBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     if !b.reason.is_empty() {
-        return Err(ApiError::bad_request("adding members takes no reason"));
+        return Err(Error::bad_request("adding members takes no reason"));
     }
     let added = s
         .core
@@ -184,7 +184,7 @@ pub async fn kick(
     User(user): User,
     path: IdPath,
     Body(b): Body<UsersBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let kicked = s
         .core
         .kick(&user, group_id(path)?, b.user_ids, b.reason)
@@ -196,7 +196,7 @@ pub async fn quit(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
     s.core.quit(&user, id).await?;
     Ok(Json(json!({ "conversationId": id, "memberState": "left" })))
@@ -206,7 +206,7 @@ pub async fn dissolve(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
     s.core.dissolve(&user, id).await?;
     Ok(Json(json!({ "conversationId": id, "state": "dissolved" })))
@@ -223,7 +223,7 @@ pub async fn transfer(
     User(user): User,
     path: IdPath,
     Body(b): Body<UserBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     Ok(Json(
         s.core.transfer(&user, group_id(path)?, &b.user_id).await?,
     ))
@@ -233,7 +233,7 @@ pub async fn make_admin(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.set_admin(&user, id, &other, true).await?))
 }
@@ -242,7 +242,7 @@ pub async fn unmake_admin(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.set_admin(&user, id, &other, false).await?))
 }
@@ -259,7 +259,7 @@ pub async fn mute(
     User(user): User,
     path: IdPath,
     Body(b): Body<MuteBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     Ok(Json(
         s.core
             .mute(&user, group_id(path)?, &b.user_id, b.until)
@@ -279,7 +279,7 @@ pub async fn join(
     User(user): User,
     path: IdPath,
     Body(b): Body<Option<JoinBody>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
     let message = b.map(|b| b.message).unwrap_or_default();
     Ok(Json(s.core.join(&user, id, &message).await?))
@@ -289,11 +289,11 @@ pub async fn join_requests(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
     if current_role(&s, id, &user).await?.1 < Role::Admin {
-        return Err(ApiError::forbidden(
-            "permission_denied",
+        return Err(Error::new(
+            Code::PermissionDenied,
             "only the owner and admins see join requests",
         ));
     }
@@ -302,7 +302,7 @@ pub async fn join_requests(
         .store
         .pending_join_requests(id)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .iter()
         .map(|r| {
             json!({
@@ -321,7 +321,7 @@ pub async fn approve(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.decide_join(&user, id, &other, true).await?))
 }
@@ -330,7 +330,7 @@ pub async fn reject(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.decide_join(&user, id, &other, false).await?))
 }
@@ -346,10 +346,10 @@ pub async fn receipts(
     User(user): User,
     path: IdPath,
     Body(b): Body<ReceiptsBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = group_id(path)?;
     if b.seqs.is_empty() || b.seqs.len() > 100 {
-        return Err(ApiError::bad_request("seqs lists 1 to 100 seqs"));
+        return Err(Error::bad_request("seqs lists 1 to 100 seqs"));
     }
     current_role(&s, id, &user).await?;
     // Only what the caller could see: a seq from before they joined is not theirs to ask.
@@ -358,7 +358,7 @@ pub async fn receipts(
         .store
         .membership(&user, id)
         .await
-        .map_err(ApiError::store)??;
+        .map_err(crate::store::unavailable)??;
     if let Some(seq) = b
         .seqs
         .iter()
@@ -372,7 +372,7 @@ pub async fn receipts(
         .store
         .receipts(id, &b.seqs)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .into_iter()
         .zip(&b.seqs)
     {

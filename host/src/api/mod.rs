@@ -12,16 +12,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use error::ApiError;
+pub use crate::protocol::{Code, Error};
 
 use crate::auth::{Attempts, Passwords};
 use crate::config::Config;
+use crate::gateway::Gateway;
 use crate::messaging::Core;
 use crate::plugins::{PluginRegistry, SendContext, SenderKind};
 
@@ -30,6 +31,8 @@ use crate::plugins::{PluginRegistry, SendContext, SenderKind};
 pub struct AppState {
     pub registry: Arc<PluginRegistry>,
     pub core: Arc<Core>,
+    /// This node's connections (the WebSocket registers its own there).
+    pub hub: Arc<crate::gateway::hub::Hub>,
     /// The config in force (replaced on a successful reload).
     pub config: Arc<Mutex<Config>>,
     /// The file a reload re-reads; `None`: embedded defaults (and environment).
@@ -43,7 +46,11 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(core: Arc<Core>, config: Config, config_path: Option<PathBuf>) -> AppState {
+    pub fn new(
+        Gateway { core, hub }: Gateway,
+        config: Config,
+        config_path: Option<PathBuf>,
+    ) -> AppState {
         let auth = &config.auth;
         let passwords = Passwords::new(
             auth.hash_concurrency,
@@ -55,6 +62,7 @@ impl AppState {
         );
         AppState {
             registry: core.registry.clone(),
+            hub,
             passwords: Arc::new(passwords),
             attempts: Arc::new(attempts),
             core,
@@ -81,6 +89,15 @@ impl AppState {
             .server
             .admin_token
             .clone()
+    }
+}
+
+impl axum::extract::FromRef<AppState> for Gateway {
+    fn from_ref(s: &AppState) -> Gateway {
+        Gateway {
+            core: s.core.clone(),
+            hub: s.hub.clone(),
+        }
     }
 }
 
@@ -166,14 +183,13 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn no_route(uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!("no endpoint at {}", uri.path()))
+async fn no_route(uri: axum::http::Uri) -> Error {
+    Error::not_found(format!("no endpoint at {}", uri.path()))
 }
 
-async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Error {
+    Error::new(
+        Code::MethodNotAllowed,
         format!("{method} is not allowed on {}", uri.path()),
     )
 }
@@ -186,24 +202,18 @@ async fn list_plugins(_user: User, State(s): State<AppState>) -> Json<Value> {
     Json(json!({ "plugins": s.registry.list() }))
 }
 
-/// The token of an `Authorization: Bearer` header.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-}
+pub use crate::protocol::bearer;
 
 /// The user a request's bearer token speaks for.
 pub struct User(pub String);
 
 impl axum::extract::FromRequestParts<AppState> for User {
-    type Rejection = ApiError;
+    type Rejection = Error;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
         s: &AppState,
-    ) -> Result<User, ApiError> {
+    ) -> Result<User, Error> {
         let Authenticated(session) = Authenticated::from_request_parts(parts, s).await?;
         Ok(User(session.user_id))
     }
@@ -213,43 +223,27 @@ impl axum::extract::FromRequestParts<AppState> for User {
 pub struct Authenticated(pub crate::messaging::Session);
 
 impl axum::extract::FromRequestParts<AppState> for Authenticated {
-    type Rejection = ApiError;
+    type Rejection = Error;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
         s: &AppState,
-    ) -> Result<Authenticated, ApiError> {
-        let token = bearer(&parts.headers).ok_or_else(ApiError::unauthorized)?;
+    ) -> Result<Authenticated, Error> {
+        let token = bearer(&parts.headers).ok_or_else(Error::unauthorized)?;
         Ok(Authenticated(s.core.authenticate(token).await?))
     }
 }
 
-/// What the listener knows of a request's connection. Absent for requests that did not
-/// come through it (tests calling the router directly).
-#[derive(Clone)]
-pub struct Peer {
-    pub addr: std::net::SocketAddr,
-    /// When the request's head had arrived (the WebSocket handshake deadline runs from
-    /// it).
-    pub head_at: std::time::Instant,
-    /// Holds the connection's place under the connection caps while it is held: an
-    /// upgraded WebSocket keeps it for its whole life.
-    pub admitted: Arc<dyn std::any::Any + Send + Sync>,
-}
-
-/// A request body that did not arrive within `server.body_timeout_secs`.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body did not arrive within the body timeout")]
-pub struct BodyTimeout;
+pub use crate::protocol::{BodyTimeout, Peer};
 
 /// A JSON body of at most `gateway.max_frame_bytes`, with a bad one answered in the error
 /// envelope.
 pub struct Body<T>(pub T);
 
 impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Body<T> {
-    type Rejection = ApiError;
+    type Rejection = Error;
 
-    async fn from_request(req: axum::extract::Request, s: &AppState) -> Result<Body<T>, ApiError> {
+    async fn from_request(req: axum::extract::Request, s: &AppState) -> Result<Body<T>, Error> {
         read_json(req, s.core.settings.max_frame_bytes)
             .await
             .map(Body)
@@ -264,30 +258,27 @@ const ADMIN_BODY_LIMIT: usize = 2 * 1024 * 1024;
 async fn read_json<T: serde::de::DeserializeOwned>(
     req: axum::extract::Request,
     limit: usize,
-) -> Result<T, ApiError> {
+) -> Result<T, Error> {
     let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
             if caused_by::<BodyTimeout>(&e) {
-                ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "request_timeout",
+                Error::new(
+                    Code::RequestTimeout,
                     "the request body did not arrive in time; the connection is closed",
                 )
             } else if format!("{e:?}").contains("LengthLimit") {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request_too_large",
+                Error::new(
+                    Code::RequestTooLarge,
                     format!("the request body is over {limit} bytes"),
                 )
             } else {
-                ApiError::bad_request(format!("cannot read the request body: {e}"))
+                Error::bad_request(format!("cannot read the request body: {e}"))
             }
         })?;
     // No body reads as `null`: an optional body (`Body<Option<T>>`) may be left out.
     let text: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
-    serde_json::from_slice(text)
-        .map_err(|e| ApiError::bad_request(format!("bad request body: {e}")))
+    serde_json::from_slice(text).map_err(|e| Error::bad_request(format!("bad request body: {e}")))
 }
 
 /// Whether `E` is somewhere in the chain of `e`'s sources.
@@ -302,17 +293,16 @@ fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
     false
 }
 
-pub(crate) fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn require_admin(s: &AppState, headers: &HeaderMap) -> Result<(), Error> {
     let Some(token) = s.admin_token() else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_disabled",
+        return Err(Error::new(
+            Code::AdminDisabled,
             "the admin endpoints are off: set server.admin_token in the config",
         ));
     };
     match bearer(headers) {
         Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
-        _ => Err(ApiError::unauthorized()),
+        _ => Err(Error::unauthorized()),
     }
 }
 
@@ -320,10 +310,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn admin_list(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
+async fn admin_list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     Ok(Json(json!({ "plugins": s.registry.list() })))
 }
@@ -331,16 +318,16 @@ async fn admin_list(
 /// The `{name}` path segment, with a bad one answered in the error envelope.
 fn plugin_name(
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<String, ApiError> {
+) -> Result<String, Error> {
     path.map(|Path(name)| name)
-        .map_err(|e| ApiError::bad_request(format!("bad plugin name in the path: {e}")))
+        .map_err(|e| Error::bad_request(format!("bad plugin name in the path: {e}")))
 }
 
 async fn enable(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     switch(s, headers, plugin_name(path)?, true)
 }
 
@@ -348,40 +335,28 @@ async fn disable(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     switch(s, headers, plugin_name(path)?, false)
 }
 
-fn switch(
-    s: AppState,
-    headers: HeaderMap,
-    name: String,
-    on: bool,
-) -> Result<Json<Value>, ApiError> {
+fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
-    let info = s.registry.set_enabled(&name, on).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "plugin_not_found",
-            format!("no plugin named {name:?}"),
-        )
-    })?;
+    let info = s
+        .registry
+        .set_enabled(&name, on)
+        .ok_or_else(|| Error::new(Code::PluginNotFound, format!("no plugin named {name:?}")))?;
     Ok(Json(json!({ "plugin": info })))
 }
 
-async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let state = s.clone();
     let result = tokio::task::spawn_blocking(move || state.reload())
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+        .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
     match result {
         Ok(list) => Ok(Json(json!({ "plugins": list }))),
-        Err(message) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "reload_refused",
-            message,
-        )),
+        Err(message) => Err(Error::new(Code::ReloadRefused, message)),
     }
 }
 
@@ -390,19 +365,19 @@ async fn reset_stream(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let user = path
         .map(|Path(u)| u)
-        .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))?;
+        .map_err(|e| Error::bad_request(format!("bad path: {e}")))?;
     if !crate::auth::valid_user_id(&user) {
-        return Err(ApiError::bad_request("not a valid user id"));
+        return Err(Error::bad_request("not a valid user id"));
     }
     if s.core
         .store
         .password_hash(&user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .is_none()
     {
         return Err(crate::store::batch::Refused::UserNotFound(user).into());
@@ -412,7 +387,7 @@ async fn reset_stream(
         .store
         .reset_user_stream(&user)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     Ok(Json(json!({ "userId": user, "epoch": epoch })))
 }
 
@@ -433,7 +408,7 @@ async fn dry_run(
     State(s): State<AppState>,
     headers: HeaderMap,
     body: axum::extract::Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let req: DryRun = read_json(body, ADMIN_BODY_LIMIT).await?;
     let payload = req.payload.to_string();
@@ -459,7 +434,7 @@ async fn dry_run(
             })
     })
     .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
     let (normalized, preview) = result?;
     let payload: Value = serde_json::from_str(&normalized).unwrap_or(Value::String(normalized));
     Ok(Json(json!({ "payload": payload, "preview": preview })))

@@ -5,22 +5,22 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, Body, User};
-use crate::gateway::frames::raw;
+use super::{AppState, Body, Code, Error, User};
+use crate::protocol::frames::raw;
 use crate::social::Decision;
 use crate::store::social::FriendRequest;
 
 type Rejected<T> = Result<T, axum::extract::rejection::QueryRejection>;
 type Segment = Result<Path<String>, axum::extract::rejection::PathRejection>;
 
-fn segment(path: Segment) -> Result<String, ApiError> {
+fn segment(path: Segment) -> Result<String, Error> {
     path.map(|Path(s)| s)
-        .map_err(|e| ApiError::bad_request(format!("bad path: {e}")))
+        .map_err(|e| Error::bad_request(format!("bad path: {e}")))
 }
 
-fn query<T>(q: Rejected<Query<T>>) -> Result<T, ApiError> {
+fn query<T>(q: Rejected<Query<T>>) -> Result<T, Error> {
     q.map(|Query(q)| q)
-        .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))
+        .map_err(|e| Error::bad_request(format!("bad query: {e}")))
 }
 
 #[derive(Deserialize)]
@@ -35,11 +35,11 @@ pub async fn user_stream(
     State(s): State<AppState>,
     User(user): User,
     q: Rejected<Query<StreamQuery>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let q = query(q)?;
     let limit = q.limit.unwrap_or(100);
     if !(0..=500).contains(&limit) {
-        return Err(ApiError::bad_request("limit must be 0 to 500"));
+        return Err(Error::bad_request("limit must be 0 to 500"));
     }
     let after = q.after_seq.unwrap_or(0).max(0);
     let page = s
@@ -47,10 +47,9 @@ pub async fn user_stream(
         .store
         .user_stream(&user, q.epoch, after, limit)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .map_err(|m| {
-            ApiError::conflict(
-                "resync_required",
+            Error::new(Code::ResyncRequired,
                 format!(
                     "the stream was rebuilt: its epoch is now {}; reload the snapshots and pull from 0",
                     m.current
@@ -95,7 +94,7 @@ pub async fn request_friend(
     State(s): State<AppState>,
     User(user): User,
     Body(b): Body<RequestBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     Ok(Json(
         s.core.friend_request(&user, &b.user_id, &b.message).await?,
     ))
@@ -106,7 +105,7 @@ async fn decide(
     user: String,
     path: Segment,
     decision: Decision,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let id = segment(path)?;
     Ok(Json(
         s.core.decide_friend_request(&user, &id, decision).await?,
@@ -117,7 +116,7 @@ pub async fn accept(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     decide(s, user, path, Decision::Accept).await
 }
 
@@ -125,7 +124,7 @@ pub async fn reject(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     decide(s, user, path, Decision::Reject).await
 }
 
@@ -133,7 +132,7 @@ pub async fn cancel(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     decide(s, user, path, Decision::Cancel).await
 }
 
@@ -159,29 +158,29 @@ pub async fn requests(
     State(s): State<AppState>,
     User(user): User,
     q: Rejected<Query<RequestsQuery>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let incoming = match query(q)?.direction.as_deref() {
         None | Some("in") => true,
         Some("out") => false,
-        Some(_) => return Err(ApiError::bad_request("direction is in or out")),
+        Some(_) => return Err(Error::bad_request("direction is in or out")),
     };
     let list = s
         .core
         .store
         .pending_requests(&user, incoming)
         .await
-        .map_err(ApiError::store)?;
+        .map_err(crate::store::unavailable)?;
     let list: Vec<Value> = list.iter().map(request_view).collect();
     Ok(Json(json!({ "requests": list })))
 }
 
-pub async fn friends(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+pub async fn friends(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
     let list: Vec<Value> = s
         .core
         .store
         .friends(&user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .into_iter()
         .map(|(u, since)| json!({ "userId": u, "since": since }))
         .collect();
@@ -192,19 +191,19 @@ pub async fn remove_friend(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let other = segment(path)?;
     s.core.remove_friend(&user, &other).await?;
     Ok(Json(json!({ "userId": other, "removed": true })))
 }
 
-pub async fn blocks(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, ApiError> {
+pub async fn blocks(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
     let list: Vec<Value> = s
         .core
         .store
         .blocks(&user)
         .await
-        .map_err(ApiError::store)?
+        .map_err(crate::store::unavailable)?
         .into_iter()
         .map(|(u, since)| json!({ "userId": u, "since": since }))
         .collect();
@@ -215,7 +214,7 @@ pub async fn block(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let other = segment(path)?;
     s.core.set_block(&user, &other, true).await?;
     Ok(Json(json!({ "userId": other, "blocked": true })))
@@ -225,7 +224,7 @@ pub async fn unblock(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Value>, Error> {
     let other = segment(path)?;
     s.core.set_block(&user, &other, false).await?;
     Ok(Json(json!({ "userId": other, "blocked": false })))

@@ -4,15 +4,16 @@
 //! newer connection.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-use super::outbox::{Close, Frame, LatestKey, NodeBudget, Outbox, Queued};
+use super::outbox::{Close, Frame, NodeBudget, Outbox, Queued};
 use crate::auth::TokenId;
-use crate::plugins::Delivery;
+use crate::messaging::{Delivery, LatestKey, Reach, Respond, Which};
+use crate::plugins::Delivery as Class;
 
 pub struct Device {
     pub user_id: String,
@@ -52,11 +53,17 @@ impl Device {
     pub fn may_read(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) + self.outbox.queued() < self.outbox.limit() / 2
     }
+}
 
-    /// Queues the answer to a request.
-    pub fn answer(&self, frame: Utf8Bytes) {
+impl Respond for Device {
+    /// Queues the answer to a request (never dropped), which ends its flight.
+    fn answer(&self, frame: Utf8Bytes) {
         self.outbox.reply(frame);
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn session(&self) -> u64 {
+        self.session
     }
 }
 
@@ -72,13 +79,6 @@ pub struct Hub {
     pub undelivered: AtomicU64,
     /// The bytes waiting in every outbox of this node.
     budget: Arc<NodeBudget>,
-}
-
-/// What a push reached.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Reach {
-    pub queued: u32,
-    pub dropped: u32,
 }
 
 impl Hub {
@@ -146,9 +146,11 @@ impl Hub {
         self.online.fetch_sub(1, Ordering::Relaxed);
         true
     }
+}
 
+impl Delivery for Hub {
     /// Closes the device's connection only if `session` is still the current one.
-    pub fn kick(&self, user_id: &str, device_id: &str, session: u64, why: Close) -> bool {
+    fn kick(&self, user_id: &str, device_id: &str, session: u64, why: Close) -> bool {
         let shard = self.shard(user_id).lock().expect("hub lock");
         let Some(d) = shard.get(user_id).and_then(|l| {
             l.iter()
@@ -161,11 +163,11 @@ impl Hub {
     }
 
     /// Queues `frame` for every online device of `users`, except the session `except`.
-    pub fn push(
+    fn push(
         &self,
         users: &[String],
         frame: &Utf8Bytes,
-        class: Delivery,
+        class: Class,
         key: Option<LatestKey>,
         except: u64,
     ) -> Reach {
@@ -192,20 +194,19 @@ impl Hub {
     }
 
     /// Connected devices on this node.
-    pub fn online_devices(&self) -> u64 {
+    fn online_devices(&self) -> u64 {
         self.online.load(Ordering::Relaxed)
     }
 
     /// Closes the connections of `user_id` that `which` picks; how many.
-    pub fn close_where(&self, user_id: &str, which: impl Fn(&Device) -> bool, why: Close) -> usize {
+    fn close(&self, user_id: &str, which: Which, why: Close) -> usize {
         let shard = self.shard(user_id).lock().expect("hub lock");
         let mut closed = 0;
-        for d in shard
-            .get(user_id)
-            .into_iter()
-            .flatten()
-            .filter(|d| which(d))
-        {
+        let picked = |d: &&Arc<Device>| match which {
+            Which::All => true,
+            Which::Token(t) => d.token == t,
+        };
+        for d in shard.get(user_id).into_iter().flatten().filter(picked) {
             d.outbox.close(why);
             closed += 1;
         }
@@ -213,18 +214,11 @@ impl Hub {
     }
 
     /// Asks every connection to close (shutdown).
-    pub fn close_all(&self) {
+    fn close_all(&self) {
         for shard in self.shards.iter() {
             for d in shard.lock().expect("hub lock").values().flatten() {
                 d.outbox.close(Close::Shutdown);
             }
         }
     }
-}
-
-/// A stable 64-bit key for a user id (for coalescing keys).
-pub fn user_key(user_id: &str) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    user_id.hash(&mut h);
-    h.finish()
 }

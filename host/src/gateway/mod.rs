@@ -3,7 +3,6 @@
 //! never waits for the database on a send: stored sends go to the committer and their
 //! acks come back through the outbox.
 
-pub mod frames;
 pub mod hub;
 pub mod outbox;
 
@@ -23,13 +22,22 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes, error::ProtocolError};
 
-use crate::api::{ApiError, AppState, Peer, bearer};
 use crate::limits::{Bucket, Guard};
+use crate::messaging::Respond;
 use crate::messaging::{Core, Session};
+use crate::protocol::{Code, Error, Peer, bearer, frames};
 use crate::store::batch::Op;
 use crate::store::now_ms;
 use frames::{Peek, ReadFrame, SendFrame};
-use hub::Device;
+use hub::{Device, Hub};
+
+/// What the WebSocket needs: the core (sends, reads, who may connect) and this node's hub
+/// (the connections it registers).
+#[derive(Clone)]
+pub struct Gateway {
+    pub core: Arc<Core>,
+    pub hub: Arc<Hub>,
+}
 use outbox::{Close, Frame};
 
 type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -49,27 +57,27 @@ fn valid_device_id(s: &str) -> bool {
 
 /// `GET /v1/ws?deviceId=…[&token=…]`: the token from the query or `Authorization: Bearer`.
 pub async fn upgrade(
-    State(s): State<AppState>,
+    State(gateway): State<Gateway>,
     query: Result<Query<Connect>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
     mut req: axum::extract::Request,
-) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+) -> Result<Response, Error> {
+    let Query(q) = query.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let token = q
         .token
         .or_else(|| bearer(&headers).map(str::to_string))
-        .ok_or_else(ApiError::unauthorized)?;
-    let core = s.core.clone();
+        .ok_or_else(Error::unauthorized)?;
+    let core = gateway.core.clone();
     let session = core.authenticate(&token).await?;
     let device_id = q.device_id.filter(|d| valid_device_id(d)).ok_or_else(|| {
-        ApiError::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
+        Error::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
     })?;
     let accept = accept_key(&headers)?;
     let on_upgrade = req
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>()
         .ok_or_else(|| {
-            ApiError::bad_request("not a WebSocket upgrade: this connection cannot be upgraded")
+            Error::bad_request("not a WebSocket upgrade: this connection cannot be upgraded")
         })?;
     let peer = req.extensions().get::<Peer>().cloned();
     let opened = peer.as_ref().map_or_else(Instant::now, |p| p.head_at);
@@ -97,7 +105,7 @@ pub async fn upgrade(
         let socket =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        run(core, socket, session, device_id, deadline).await;
+        run(gateway, socket, session, device_id, deadline).await;
     });
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -112,7 +120,7 @@ pub async fn upgrade(
 }
 
 /// The `Sec-WebSocket-Accept` of a valid upgrade request (RFC 6455 §4.2.1).
-fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
+fn accept_key(headers: &HeaderMap) -> Result<String, Error> {
     let has = |name: header::HeaderName, token: &str| {
         headers.get_all(name).iter().any(|v| {
             v.to_str()
@@ -120,7 +128,7 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
         })
     };
     if !has(header::CONNECTION, "upgrade") || !has(header::UPGRADE, "websocket") {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "not a WebSocket upgrade: Connection: upgrade and Upgrade: websocket are required",
         ));
     }
@@ -128,7 +136,7 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
         .get(header::SEC_WEBSOCKET_VERSION)
         .is_none_or(|v| v.as_bytes() != b"13")
     {
-        return Err(ApiError::bad_request(
+        return Err(Error::bad_request(
             "not a WebSocket upgrade: Sec-WebSocket-Version must be 13",
         ));
     }
@@ -136,7 +144,7 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
         Some(key) if !key.is_empty() => {
             Ok(tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes()))
         }
-        _ => Err(ApiError::bad_request(
+        _ => Err(Error::bad_request(
             "not a WebSocket upgrade: Sec-WebSocket-Key is missing",
         )),
     }
@@ -153,7 +161,7 @@ enum End {
 }
 
 async fn run(
-    core: Arc<Core>,
+    Gateway { core, hub }: Gateway,
     mut socket: Socket,
     session: Session,
     device_id: String,
@@ -161,7 +169,7 @@ async fn run(
 ) {
     let set = &core.settings;
     let device = Arc::new(Device::new(
-        &core.hub,
+        &hub,
         session.user_id,
         device_id,
         session.token,
@@ -177,20 +185,18 @@ async fn run(
     );
     // Registered before the hello is written, so a push right after the client read its
     // hello reaches it; pushes wait in the outbox until the hello is out.
-    core.hub.register(device.clone());
+    hub.register(device.clone());
     match tokio::time::timeout_at(handshake_deadline.into(), socket.send(Message::Text(hello)))
         .await
     {
         Ok(Ok(())) => {}
         Ok(Err(_)) => {
-            core.hub
-                .unregister(&device.user_id, &device.device_id, device.session);
+            hub.unregister(&device.user_id, &device.device_id, device.session);
             return;
         }
         Err(_) => {
             core.guards.count(Guard::HandshakeTimeout);
-            core.hub
-                .unregister(&device.user_id, &device.device_id, device.session);
+            hub.unregister(&device.user_id, &device.device_id, device.session);
             return;
         }
     }
@@ -238,7 +244,7 @@ async fn run(
                     Message::Text(text) => Box::pin(handle(&core, &device, &mut bucket, text.as_str())).await,
                     Message::Binary(_) => {
                         device.in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                        device.answer(frames::error(None, &ApiError::frame("bad_frame", "frames are JSON text, not binary")));
+                        device.answer(frames::error(None, &Error::new(Code::BadFrame, "frames are JSON text, not binary")));
                     }
                     Message::Close(_) => break End::ClientClosed,
                     // The WebSocket layer queued the pong: send it now.
@@ -254,8 +260,7 @@ async fn run(
         }
     };
     drop(out);
-    core.hub
-        .unregister(&device.user_id, &device.device_id, device.session);
+    hub.unregister(&device.user_id, &device.device_id, device.session);
     match end {
         // The answer to the client's close frame is queued: send it; the server then
         // closes TCP first, as RFC 6455 asks.
@@ -365,14 +370,14 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
     device
         .in_flight
         .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    let reply_err = |id: Option<&str>, e: ApiError| {
+    let reply_err = |id: Option<&str>, e: Error| {
         device.answer(frames::error(id, &e));
     };
     if text.len() > core.settings.max_frame_bytes {
         return reply_err(
             None,
-            ApiError::frame(
-                "frame_too_large",
+            Error::new(
+                Code::FrameTooLarge,
                 format!(
                     "the frame is {} bytes, the limit is {}",
                     text.len(),
@@ -386,7 +391,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Err(e) => {
             return reply_err(
                 None,
-                ApiError::frame("bad_frame", format!("not a JSON object: {e}")),
+                Error::new(Code::BadFrame, format!("not a JSON object: {e}")),
             );
         }
     };
@@ -396,7 +401,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Some(_) => {
             return reply_err(
                 None,
-                ApiError::frame("bad_frame", "id must be a string of at most 64 bytes"),
+                Error::new(Code::BadFrame, "id must be a string of at most 64 bytes"),
             );
         }
     };
@@ -405,8 +410,8 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             if !bucket.take() {
                 return reply_err(
                     id,
-                    ApiError::frame(
-                        "rate_limited",
+                    Error::new(
+                        Code::RateLimited,
                         format!(
                             "more than {} sends per second on this connection; slow down",
                             core.settings.send_rate_per_sec
@@ -415,10 +420,13 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
                 );
             }
             match serde_json::from_str::<SendFrame>(text) {
-                Ok(req) => core.send_from(device, req).await,
+                Ok(req) => {
+                    let to: Arc<dyn Respond> = device.clone();
+                    core.send_from(&device.user_id, to, req).await
+                }
                 Err(e) => reply_err(
                     id,
-                    ApiError::frame("bad_frame", format!("bad send frame: {e}")),
+                    Error::new(Code::BadFrame, format!("bad send frame: {e}")),
                 ),
             }
         }
@@ -430,8 +438,8 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
                         conversation_id: r.conversation_id,
                         seq: r.seq,
                     },
-                    crate::messaging::Reply::Ws {
-                        device: device.clone(),
+                    crate::messaging::Reply::Socket {
+                        to: device.clone(),
                         id: r.id,
                     },
                 )
@@ -439,7 +447,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             }
             Err(e) => reply_err(
                 id,
-                ApiError::frame("bad_frame", format!("bad read frame: {e}")),
+                Error::new(Code::BadFrame, format!("bad read frame: {e}")),
             ),
         },
         Some("ping") => {
@@ -447,8 +455,8 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         }
         Some(other) => reply_err(
             id,
-            ApiError::frame("unknown_frame_type", format!("no frame type {other:?}")),
+            Error::new(Code::UnknownFrameType, format!("no frame type {other:?}")),
         ),
-        None => reply_err(id, ApiError::frame("bad_frame", "the frame has no type")),
+        None => reply_err(id, Error::new(Code::BadFrame, "the frame has no type")),
     }
 }

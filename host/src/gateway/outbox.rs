@@ -11,59 +11,7 @@ use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::plugins::Delivery;
-
-/// Why the server closes a connection. The code goes in the WebSocket close frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Close {
-    /// A newer connection of the same device took over.
-    Replaced,
-    /// The outbound queue overflowed (frames or bytes) with frames that may not be dropped.
-    SlowConsumer,
-    /// Nothing heard from the device within the heartbeat.
-    Heartbeat,
-    /// The server is shutting down.
-    Shutdown,
-    /// A frame above four times the frame limit.
-    TooBig,
-    /// Bytes that are not the WebSocket protocol.
-    Protocol,
-    /// A text frame that is not UTF-8.
-    NotUtf8,
-    /// The token the connection was opened with was revoked (logout, revoke-all).
-    Revoked,
-    /// The account was deleted.
-    Deleted,
-}
-
-impl Close {
-    pub fn code(self) -> u16 {
-        match self {
-            Close::Replaced => 4001,
-            Close::SlowConsumer => 4008,
-            Close::Heartbeat => 4000,
-            Close::Shutdown => 1001,
-            Close::TooBig => 1009,
-            Close::Protocol => 1002,
-            Close::NotUtf8 => 1007,
-            Close::Revoked => 4003,
-            Close::Deleted => 4004,
-        }
-    }
-
-    pub fn reason(self) -> &'static str {
-        match self {
-            Close::Replaced => "replaced",
-            Close::SlowConsumer => "slow_consumer",
-            Close::Heartbeat => "heartbeat_timeout",
-            Close::Shutdown => "shutdown",
-            Close::TooBig => "frame_too_large",
-            Close::Protocol => "protocol_error",
-            Close::NotUtf8 => "invalid_utf8",
-            Close::Revoked => "token_revoked",
-            Close::Deleted => "account_deleted",
-        }
-    }
-}
+pub use crate::protocol::Close;
 
 /// What happened to a pushed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +25,7 @@ pub enum Queued {
     Closed,
 }
 
-/// Coalescing key of a `latest` frame: conversation, sender, content type.
-pub type LatestKey = (i64, u64, u32);
+pub use crate::messaging::LatestKey;
 
 /// `latest` entries kept at most; beyond, the oldest goes.
 const LATEST_MAX: usize = 64;

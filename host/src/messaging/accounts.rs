@@ -5,12 +5,11 @@
 
 use std::collections::HashMap;
 
-use axum::http::StatusCode;
-
 use super::Core;
-use crate::api::ApiError;
+use super::Which;
 use crate::auth::{TokenId, Verified};
-use crate::gateway::outbox::Close;
+use crate::protocol::Close;
+use crate::protocol::{Code, Error};
 use crate::store::accounts::AccountRow;
 use crate::store::now_ms;
 
@@ -40,7 +39,7 @@ impl Account {
         }
     }
 
-    fn admits(&self, v: &Verified) -> Result<(), ApiError> {
+    fn admits(&self, v: &Verified) -> Result<(), Error> {
         if self.deleted {
             return Err(deleted());
         }
@@ -54,20 +53,15 @@ impl Account {
     }
 }
 
-fn revoked() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
+fn revoked() -> Error {
+    Error::new(
+        Code::Unauthorized,
         "the token was revoked (logout or revoke-all); log in again",
     )
 }
 
-pub(crate) fn deleted() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "account_deleted",
-        "the account was deleted",
-    )
+pub(crate) fn deleted() -> Error {
+    Error::new(Code::AccountDeleted, "the account was deleted")
 }
 
 /// A request's authenticated caller.
@@ -82,8 +76,11 @@ pub struct Session {
 impl Core {
     /// The user a bearer token speaks for, if the token is valid and not revoked and the
     /// account not deleted. A user first seen in a token becomes known to the server.
-    pub async fn authenticate(&self, token: &str) -> Result<Session, ApiError> {
-        let v = self.tokens.verify(token).map_err(|e| ApiError::token(&e))?;
+    pub async fn authenticate(&self, token: &str) -> Result<Session, Error> {
+        let v = self
+            .tokens
+            .verify(token)
+            .map_err(|e| Error::new(Code::Unauthorized, e.to_string()))?;
         let known = self
             .accounts
             .lock()
@@ -97,7 +94,7 @@ impl Core {
                     .store
                     .account(&v.user_id)
                     .await
-                    .map_err(ApiError::store)?;
+                    .map_err(crate::store::unavailable)?;
                 let account = Account::from_row(row);
                 let verdict = account.admits(&v);
                 self.accounts
@@ -125,35 +122,35 @@ impl Core {
     }
 
     /// Logout: this token stops working, and the connections opened with it close (4003).
-    pub async fn revoke_token(&self, s: &Session) -> Result<(), ApiError> {
+    pub async fn revoke_token(&self, s: &Session) -> Result<(), Error> {
         self.store
             .revoke_token(&s.user_id, &hex::encode(s.token), s.expires_at)
             .await
-            .map_err(ApiError::store)?;
+            .map_err(crate::store::unavailable)?;
         if let Some(a) = self.accounts.lock().expect("accounts").get_mut(&s.user_id) {
             let now = now_ms() / 1000;
             a.revoked.retain(|_, exp| *exp + 3600 >= now);
             a.revoked.insert(s.token, s.expires_at);
         }
-        self.hub
-            .close_where(&s.user_id, |d| d.token == s.token, Close::Revoked);
+        self.delivery
+            .close(&s.user_id, Which::Token(s.token), Close::Revoked);
         Ok(())
     }
 
     /// Every token of `user_id` issued until now stops working, and its connections close
     /// (4003). Returns the cut-off: tokens must be issued from that second on (the next
     /// login's is).
-    pub async fn revoke_all_tokens(&self, user_id: &str) -> Result<i64, ApiError> {
+    pub async fn revoke_all_tokens(&self, user_id: &str) -> Result<i64, Error> {
         // Tokens carry whole seconds: everything issued in this second goes too.
         let valid_from = self
             .store
             .revoke_tokens_before(user_id, now_ms() / 1000 + 1)
             .await
-            .map_err(ApiError::store)?;
+            .map_err(crate::store::unavailable)?;
         if let Some(a) = self.accounts.lock().expect("accounts").get_mut(user_id) {
             a.valid_from = valid_from;
         }
-        self.hub.close_where(user_id, |_| true, Close::Revoked);
+        self.delivery.close(user_id, Which::All, Close::Revoked);
         Ok(valid_from)
     }
 
@@ -170,6 +167,6 @@ impl Core {
             .entry(user_id.to_string())
             .or_default()
             .deleted = true;
-        self.hub.close_where(user_id, |_| true, Close::Deleted);
+        self.delivery.close(user_id, Which::All, Close::Deleted);
     }
 }

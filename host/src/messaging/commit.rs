@@ -8,11 +8,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Settings;
+use super::delivery::{Delivery, Respond};
 use super::route::{Routes, pair};
-use crate::api::ApiError;
-use crate::gateway::frames::{self, ReadAck, SendAck};
-use crate::gateway::hub::{Device, Hub};
-use crate::plugins::Delivery;
+use crate::plugins::Delivery as Class;
+use crate::protocol::Error;
+use crate::protocol::frames::{self, ReadAck, SendAck};
 use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome, RecipientCache, Target};
 use crate::store::{Store, now_ms};
 
@@ -23,20 +23,21 @@ pub enum Answer {
     Read(ReadAck),
 }
 
-/// Where the answer goes.
+/// Where the answer goes: a connection's responder (with the request's `id`), or an HTTP
+/// handler waiting for it.
 pub enum Reply {
-    Ws {
-        device: Arc<Device>,
+    Socket {
+        to: Arc<dyn Respond>,
         id: Option<String>,
     },
-    Http(oneshot::Sender<Result<Answer, ApiError>>),
+    Http(oneshot::Sender<Result<Answer, Error>>),
 }
 
 impl Reply {
-    pub fn error(self, e: &ApiError) {
+    pub fn error(self, e: &Error) {
         match self {
-            Reply::Ws { device, id } => {
-                device.answer(frames::error(id.as_deref(), e));
+            Reply::Socket { to, id } => {
+                to.answer(frames::error(id.as_deref(), e));
             }
             Reply::Http(tx) => {
                 let _ = tx.send(Err(e.clone()));
@@ -46,12 +47,12 @@ impl Reply {
 
     fn answer(self, a: Answer) {
         match self {
-            Reply::Ws { device, id } => {
+            Reply::Socket { to, id } => {
                 let frame = match &a {
                     Answer::Sent(ack) => frames::ack(id.as_deref(), ack),
                     Answer::Read(ack) => frames::ack(id.as_deref(), ack),
                 };
-                device.answer(frame);
+                to.answer(frame);
             }
             Reply::Http(tx) => {
                 let _ = tx.send(Ok(a));
@@ -62,7 +63,7 @@ impl Reply {
     /// The session that asked (not pushed its own message), 0 for HTTP.
     fn session(&self) -> u64 {
         match self {
-            Reply::Ws { device, .. } => device.session,
+            Reply::Socket { to, .. } => to.session(),
             Reply::Http(_) => 0,
         }
     }
@@ -87,7 +88,7 @@ const BROKEN_RETRIES: usize = 1;
 pub async fn run(
     mut rx: mpsc::Receiver<Job>,
     store: Store,
-    hub: Arc<Hub>,
+    delivery: Arc<dyn Delivery>,
     ids: Arc<IdGen>,
     routes: Arc<Routes>,
     recipients: Arc<RecipientCache>,
@@ -126,12 +127,12 @@ pub async fn run(
                     {
                         routes.learn(pair(&m.sender_id, peer), message.conversation_id, key);
                     }
-                    deliver(&hub, reply, outcome);
+                    deliver(&*delivery, reply, outcome);
                 }
             }
             Err(e) => {
                 tracing::error!(batch = ops.len(), "commit failed: {e}");
-                let err = ApiError::unavailable("the database did not accept the write; retry");
+                let err = Error::unavailable("the database did not accept the write; retry");
                 ops.clear();
                 for (reply, _) in replies.drain(..) {
                     reply.error(&err);
@@ -177,7 +178,7 @@ async fn commit_with_retries(
 }
 
 /// Answers one op, then pushes what it changed.
-fn deliver(hub: &Hub, reply: Reply, outcome: Outcome) {
+fn deliver(delivery: &dyn Delivery, reply: Reply, outcome: Outcome) {
     let except = reply.session();
     match outcome {
         Outcome::Sent {
@@ -190,7 +191,7 @@ fn deliver(hub: &Hub, reply: Reply, outcome: Outcome) {
             // whose first push was lost (a crash between commit and push) gets it now.
             if !recipients.is_empty() {
                 let frame = frames::notify_stored(&message);
-                hub.push(&recipients, &frame, Delivery::Persistent, None, except);
+                delivery.push(&recipients, &frame, Class::Persistent, None, except);
             }
         }
         Outcome::Read {
@@ -210,10 +211,10 @@ fn deliver(hub: &Hub, reply: Reply, outcome: Outcome) {
             }));
             if moved {
                 let own = frames::read(conversation_id, &user_id, read_seq, Some(unread));
-                hub.push(
+                delivery.push(
                     std::slice::from_ref(&user_id),
                     &own,
-                    Delivery::Persistent,
+                    Class::Persistent,
                     None,
                     except,
                 );
@@ -221,7 +222,7 @@ fn deliver(hub: &Hub, reply: Reply, outcome: Outcome) {
                     let peers: Vec<String> =
                         members.iter().filter(|m| **m != user_id).cloned().collect();
                     let receipt = frames::read(conversation_id, &user_id, read_seq, None);
-                    hub.push(&peers, &receipt, Delivery::Persistent, None, 0);
+                    delivery.push(&peers, &receipt, Class::Persistent, None, 0);
                 }
             }
         }

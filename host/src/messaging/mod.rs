@@ -4,6 +4,7 @@
 
 mod accounts;
 mod commit;
+mod delivery;
 mod route;
 
 use std::collections::HashMap;
@@ -13,12 +14,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::api::ApiError;
 use crate::auth::{Tokens, valid_user_id};
-use crate::gateway::frames::{self, LiveAck, SendAck, SendFrame};
-use crate::gateway::hub::{Device, Hub, user_key};
 use crate::limits::Guards;
-use crate::plugins::{Delivery, PluginRegistry, SendContext, SenderKind};
+use crate::plugins::{Delivery as Class, PluginRegistry, SendContext, SenderKind};
+use crate::protocol::Error;
+use crate::protocol::frames::{self, LiveAck, SendAck, SendFrame};
 use crate::store::batch::{IdGen, NewMessage, Op, RecipientCache, Refused, Target};
 use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
@@ -27,6 +27,7 @@ use route::Routes;
 pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
 pub use commit::{Answer, Reply};
+pub use delivery::{Delivery, LatestKey, Reach, Respond, Which, user_key};
 
 /// Settings of the send path, from the config at start-up.
 #[derive(Debug, Clone)]
@@ -59,7 +60,7 @@ pub struct LiveSend {
     target: Target,
     conversation_type: u8,
     content_type: u32,
-    delivery: Delivery,
+    delivery: Class,
     payload: Box<RawValue>,
 }
 
@@ -70,7 +71,8 @@ type Members = (Arc<LiveMembers>, Arc<[String]>);
 pub struct Core {
     pub store: Store,
     pub registry: Arc<PluginRegistry>,
-    pub hub: Arc<Hub>,
+    /// The connections: pushes, closes, who is online.
+    pub delivery: Arc<dyn Delivery>,
     pub tokens: Tokens,
     pub settings: Settings,
     /// What the server refused or cut off, counted for the logs (and the metrics).
@@ -96,8 +98,8 @@ impl Core {
         registry: Arc<PluginRegistry>,
         tokens: Tokens,
         settings: Settings,
+        delivery: Arc<dyn Delivery>,
     ) -> Arc<Core> {
-        let hub = Arc::new(Hub::new(settings.node_outbox_bytes));
         let committers = match store.dialect() {
             Dialect::Sqlite => 1,
             Dialect::Postgres => settings.committers,
@@ -112,7 +114,7 @@ impl Core {
             tokio::spawn(commit::run(
                 rx,
                 store.clone(),
-                hub.clone(),
+                delivery.clone(),
                 ids.clone(),
                 routes.clone(),
                 recipients.clone(),
@@ -122,7 +124,7 @@ impl Core {
         Arc::new(Core {
             store,
             registry,
-            hub,
+            delivery,
             tokens,
             settings,
             guards: Arc::new(Guards::default()),
@@ -137,10 +139,10 @@ impl Core {
 
     /// Limits and the plugin's verdict. Runs the plugin on the caller's thread (its fuel
     /// bounds the time).
-    pub fn prepare(&self, sender: &str, req: SendFrame) -> Result<Prepared, ApiError> {
+    pub fn prepare(&self, sender: &str, req: SendFrame) -> Result<Prepared, Error> {
         let cmid = &req.client_msg_id;
         if cmid.is_empty() || cmid.len() > 64 || cmid.chars().any(char::is_control) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "clientMsgId must be 1 to 64 bytes without control characters",
             ));
         }
@@ -148,17 +150,17 @@ impl Core {
             (Some(id), None) => Target::Conversation(id),
             (None, Some(peer)) if req.conversation_type == 1 => {
                 if !valid_user_id(&peer) {
-                    return Err(ApiError::bad_request("peerId is not a valid user id"));
+                    return Err(Error::bad_request("peerId is not a valid user id"));
                 }
                 Target::Peer(peer)
             }
             (None, Some(_)) => {
-                return Err(ApiError::bad_request(
+                return Err(Error::bad_request(
                     "peerId addresses private conversations (conversationType 1) only",
                 ));
             }
             _ => {
-                return Err(ApiError::bad_request(
+                return Err(Error::bad_request(
                     "give exactly one of conversationId and peerId",
                 ));
             }
@@ -183,7 +185,7 @@ impl Core {
                     .ok()
                     .and_then(|p| p.get("seq").and_then(|s| s.as_i64()));
                 Some(seq.ok_or_else(|| {
-                    ApiError::bad_request("a recall names the seq of the message to recall")
+                    Error::bad_request("a recall names the seq of the message to recall")
                 })?)
             } else {
                 None
@@ -199,9 +201,8 @@ impl Core {
                 recalls,
             }))
         } else {
-            let payload = RawValue::from_string(v.payload).map_err(|_| {
-                ApiError::internal("the plugin returned a payload that is not JSON")
-            })?;
+            let payload = RawValue::from_string(v.payload)
+                .map_err(|_| Error::internal("the plugin returned a payload that is not JSON"))?;
             Ok(Prepared::Live(LiveSend {
                 target,
                 conversation_type: req.conversation_type,
@@ -215,7 +216,7 @@ impl Core {
     /// The routing key of an op: its conversation's, or for a first message to a peer the
     /// pair's. With several committers, a message to a peer whose conversation this node
     /// has not routed yet costs one read to find it.
-    async fn route_key(&self, op: &Op) -> Result<u64, ApiError> {
+    async fn route_key(&self, op: &Op) -> Result<u64, Error> {
         if self.routes.committers() == 1 {
             return Ok(0);
         }
@@ -243,7 +244,7 @@ impl Core {
                     .store
                     .private_conversation(sender_id, peer)
                     .await
-                    .map_err(ApiError::store)?
+                    .map_err(crate::store::unavailable)?
                 {
                     Some(id) => {
                         self.routes.remember_private(pair, id);
@@ -264,16 +265,16 @@ impl Core {
         let queue = &self.commits[self.routes.committer(key)];
         if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, key }).await {
             job.reply
-                .error(&ApiError::unavailable("the server is shutting down"));
+                .error(&Error::unavailable("the server is shutting down"));
         }
     }
 
     /// Submits and waits (HTTP).
-    pub async fn submit_and_wait(&self, op: Op) -> Result<commit::Answer, ApiError> {
+    pub async fn submit_and_wait(&self, op: Op) -> Result<commit::Answer, Error> {
         let (tx, rx) = oneshot::channel();
         self.submit(op, Reply::Http(tx)).await;
         rx.await
-            .map_err(|_| ApiError::unavailable("the server is shutting down"))?
+            .map_err(|_| Error::unavailable("the server is shutting down"))?
     }
 
     /// Pushes a live kind to the conversation's online devices; nothing is stored.
@@ -282,7 +283,7 @@ impl Core {
         sender: &str,
         live: LiveSend,
         except: u64,
-    ) -> Result<LiveAck, ApiError> {
+    ) -> Result<LiveAck, Error> {
         let conversation_id = match &live.target {
             Target::Conversation(id) => *id,
             Target::Peer(peer) => self.private_conversation(sender, peer).await?,
@@ -322,7 +323,7 @@ impl Core {
         );
         let key = (conversation_id, user_key(sender), live.content_type);
         let reach = self
-            .hub
+            .delivery
             .push(&members, &frame, live.delivery, Some(key), except);
         Ok(LiveAck {
             live: true,
@@ -332,7 +333,7 @@ impl Core {
         })
     }
 
-    async fn private_conversation(&self, a: &str, b: &str) -> Result<i64, ApiError> {
+    async fn private_conversation(&self, a: &str, b: &str) -> Result<i64, Error> {
         if a == b {
             return Err(Refused::SelfConversation.into());
         }
@@ -346,7 +347,7 @@ impl Core {
             .store
             .private_conversation(a, b)
             .await
-            .map_err(ApiError::store)?
+            .map_err(crate::store::unavailable)?
             .ok_or_else(|| Refused::NoConversation(b.to_string()))?;
         self.routes.remember_private(key, id);
         Ok(id)
@@ -366,7 +367,7 @@ impl Core {
         cache.remove(&conversation_id);
     }
 
-    async fn members_of(&self, conversation_id: i64) -> Result<Members, ApiError> {
+    async fn members_of(&self, conversation_id: i64) -> Result<Members, Error> {
         if let Some(m) = self.members.lock().expect("members").get(&conversation_id) {
             return Ok(m.clone());
         }
@@ -376,7 +377,7 @@ impl Core {
             .store
             .live_members(conversation_id)
             .await
-            .map_err(ApiError::store)?
+            .map_err(crate::store::unavailable)?
             .ok_or(Refused::NotAMember(conversation_id))?;
         let members = Arc::<[String]>::from(live.members.clone());
         let entry = (Arc::new(live), members);
@@ -387,32 +388,22 @@ impl Core {
         Ok(entry)
     }
 
-    /// Handles a send from a WebSocket connection: errors and acks go to its outbox.
-    pub async fn send_from(&self, device: &Arc<Device>, req: SendFrame) {
+    /// Handles a send of `sender` from a connection: errors and acks go to `to`.
+    pub async fn send_from(&self, sender: &str, to: Arc<dyn Respond>, req: SendFrame) {
         let id = req.id.clone();
-        match self.prepare(&device.user_id, req) {
+        match self.prepare(sender, req) {
             Err(e) => {
-                device.answer(frames::error(id.as_deref(), &e));
+                to.answer(frames::error(id.as_deref(), &e));
             }
             Ok(Prepared::Stored(m)) => {
-                self.submit(
-                    Op::Send(m),
-                    Reply::Ws {
-                        device: device.clone(),
-                        id,
-                    },
-                )
-                .await;
+                self.submit(Op::Send(m), Reply::Socket { to, id }).await;
             }
             Ok(Prepared::Live(live)) => {
-                let frame = match self
-                    .deliver_live(&device.user_id, live, device.session)
-                    .await
-                {
+                let frame = match self.deliver_live(sender, live, to.session()).await {
                     Ok(ack) => frames::ack(id.as_deref(), &ack),
                     Err(e) => frames::error(id.as_deref(), &e),
                 };
-                device.answer(frame);
+                to.answer(frame);
             }
         }
     }

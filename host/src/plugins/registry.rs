@@ -1,6 +1,7 @@
 //! The one API the send path uses: look up a content type, validate a payload, preview it.
 //! Also enable / disable / reload, and the circuit breaker.
 
+use crate::protocol::{Code, Error};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -60,16 +61,16 @@ pub enum ValidateError {
 }
 
 impl ValidateError {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            ValidateError::Unknown(_) => "content_type_unknown",
-            ValidateError::Disabled { .. } => "content_type_disabled",
-            ValidateError::Forbidden { .. } => "content_type_forbidden",
-            ValidateError::ConversationType { .. } => "conversation_type_not_allowed",
-            ValidateError::TooLarge { .. } => "payload_too_large",
-            ValidateError::Invalid { .. } => "payload_invalid",
-            ValidateError::PluginFailed { .. } => "plugin_failed",
-            ValidateError::Busy { .. } => "plugin_busy",
+            ValidateError::Unknown(_) => Code::ContentTypeUnknown,
+            ValidateError::Disabled { .. } => Code::ContentTypeDisabled,
+            ValidateError::Forbidden { .. } => Code::ContentTypeForbidden,
+            ValidateError::ConversationType { .. } => Code::ConversationTypeNotAllowed,
+            ValidateError::TooLarge { .. } => Code::PayloadTooLarge,
+            ValidateError::Invalid { .. } => Code::PayloadInvalid,
+            ValidateError::PluginFailed { .. } => Code::PluginFailed,
+            ValidateError::Busy { .. } => Code::PluginBusy,
         }
     }
 
@@ -78,6 +79,15 @@ impl ValidateError {
         match self {
             ValidateError::Invalid { code, .. } => Some(code),
             _ => None,
+        }
+    }
+}
+
+impl From<ValidateError> for Error {
+    fn from(e: ValidateError) -> Error {
+        Error {
+            reason: e.reason().map(str::to_string),
+            ..Error::new(e.code(), e.to_string())
         }
     }
 }

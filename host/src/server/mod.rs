@@ -12,15 +12,14 @@ use anyhow::Context as _;
 use crate::api::{AppState, app};
 use crate::auth::{Tokens, random_bytes};
 use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::gateway::hub::Hub;
 use crate::messaging::{Core, Settings};
 use crate::plugins::PluginRegistry;
 use crate::store::Store;
 
-/// Opens the database and starts the messaging core.
-pub async fn start_core(
-    config: &Config,
-    registry: Arc<PluginRegistry>,
-) -> anyhow::Result<Arc<Core>> {
+/// Opens the database and starts the messaging core, delivering through this node's hub.
+pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyhow::Result<Gateway> {
     let store = Store::open(&config.storage).await?;
     let key = match &config.auth.jwt_secret {
         Some(k) => k.clone(),
@@ -47,7 +46,9 @@ pub async fn start_core(
         registration: config.auth.registration,
         max_group_members: config.messaging.max_group_members.max(1),
     };
-    Ok(Core::start(store, registry, tokens, settings))
+    let hub = Arc::new(Hub::new(config.gateway.node_outbox_bytes));
+    let core = Core::start(store, registry, tokens, settings, hub.clone());
+    Ok(Gateway { core, hub })
 }
 
 pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
@@ -70,9 +71,10 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         started.elapsed().as_millis()
     );
 
-    let core = start_core(&config, registry.clone())
+    let gateway = start_core(&config, registry.clone())
         .await
         .context("refusing to start, the database did not open")?;
+    let core = gateway.core.clone();
     tracing::info!(
         storage = ?core.store.dialect(),
         "database ready"
@@ -105,7 +107,7 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             "server.max_connections ({max_connections}) leaves fewer than 64 of the {open_files} open files for the database and plugins"
         );
     }
-    let state = AppState::new(core.clone(), config, config_path);
+    let state = AppState::new(gateway, config, config_path);
     // Registered before the listening line, so a SIGHUP right after start-up reloads
     // instead of killing the process.
     tokio::spawn(reload_on_sighup(state.clone(), sighup()));
@@ -113,7 +115,7 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     // A line for scripts and tests that start the server on port 0.
     println!("listening on {addr}");
     tokio::spawn(core.guards.clone().log_every_interval());
-    let hub = core.hub.clone();
+    let delivery = core.delivery.clone();
     listener::serve(
         listener,
         app(state),
@@ -122,7 +124,7 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         core.guards.clone(),
         async move {
             shutdown().await;
-            hub.close_all();
+            delivery.close_all();
         },
     )
     .await;

@@ -8,9 +8,9 @@
 use serde_json::json;
 
 use super::{Decision, Effects};
-use crate::api::ApiError;
 use crate::auth::random_bytes;
 use crate::messaging::Core;
+use crate::protocol::Error;
 use crate::store::accounts::{DELETED_PREFIX, rename_account};
 use crate::store::batch::committing;
 use crate::store::groups::Role;
@@ -19,12 +19,12 @@ use crate::store::now_ms;
 impl Core {
     /// Deletes `user_id`'s account; its alias. Calling it again on a deleted account
     /// finishes a deletion that was interrupted (it is idempotent).
-    pub async fn delete_account(&self, user_id: &str) -> Result<String, ApiError> {
+    pub async fn delete_account(&self, user_id: &str) -> Result<String, Error> {
         let alias = match self
             .store
             .deleted_alias(user_id)
             .await
-            .map_err(ApiError::store)?
+            .map_err(crate::store::unavailable)?
         {
             Some(alias) => alias,
             None => format!("{DELETED_PREFIX}{}", hex::encode(random_bytes::<8>())),
@@ -39,20 +39,20 @@ impl Core {
         self.store
             .rename_in_payloads(user_id, &alias)
             .await
-            .map_err(ApiError::store)?;
+            .map_err(crate::store::unavailable)?;
         // Writes that raced the first rename (a send already queued) carry the old id:
         // renamed now. The alias's own user stream (the steps above wrote to it) goes.
         self.rename(user_id, &alias).await?;
         self.store
             .drop_user_stream(&alias)
             .await
-            .map_err(ApiError::store)?;
+            .map_err(crate::store::unavailable)?;
         self.forget_all_members();
         tracing::info!(alias = %alias, "account deleted");
         Ok(alias)
     }
 
-    async fn rename(&self, user_id: &str, alias: &str) -> Result<(), ApiError> {
+    async fn rename(&self, user_id: &str, alias: &str) -> Result<(), Error> {
         self.change(|| async {
             let mut tx = self.store.write().begin().await?;
             rename_account(&mut tx, user_id, alias, now_ms()).await?;
@@ -65,8 +65,12 @@ impl Core {
     /// Ends every membership, friendship and pending request of `alias`, as its own
     /// actions: an owner hands the group to its longest-standing admin (else member)
     /// first, or dissolves it when no one else is left.
-    async fn leave_everything(&self, alias: &str) -> Result<(), ApiError> {
-        let groups = self.store.my_groups(alias).await.map_err(ApiError::store)?;
+    async fn leave_everything(&self, alias: &str) -> Result<(), Error> {
+        let groups = self
+            .store
+            .my_groups(alias)
+            .await
+            .map_err(crate::store::unavailable)?;
         for (g, me) in groups {
             if !me.is_current() || g.dissolved {
                 continue;
@@ -77,7 +81,7 @@ impl Core {
                     .store
                     .group_members(id, "", i64::MAX)
                     .await
-                    .map_err(ApiError::store)?;
+                    .map_err(crate::store::unavailable)?;
                 let heir = members
                     .iter()
                     .filter(|m| m.user_id != alias)
@@ -93,7 +97,11 @@ impl Core {
                 self.quit(alias, id).await?;
             }
         }
-        let friends = self.store.friends(alias).await.map_err(ApiError::store)?;
+        let friends = self
+            .store
+            .friends(alias)
+            .await
+            .map_err(crate::store::unavailable)?;
         for (friend, _) in friends {
             self.remove_friend(alias, &friend).await?;
         }
@@ -102,7 +110,7 @@ impl Core {
                 .store
                 .pending_requests(alias, incoming)
                 .await
-                .map_err(ApiError::store)?;
+                .map_err(crate::store::unavailable)?;
             for r in pending {
                 self.decide_friend_request(alias, &r.request_id, decision)
                     .await?;

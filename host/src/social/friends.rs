@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 use sqlx::AnyConnection;
 
 use super::{Effects, OpError, value};
-use crate::api::ApiError;
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
+use crate::protocol::{Code, Error};
 use crate::store::batch::{Refused, committing, pair, resolve_pairs};
 use crate::store::groups::{append_system, lock_head};
 use crate::store::now_ms;
@@ -25,24 +25,19 @@ pub enum Decision {
     Cancel,
 }
 
-fn peer_id(me: &str, other: &str) -> Result<(), ApiError> {
+fn peer_id(me: &str, other: &str) -> Result<(), Error> {
     if !valid_user_id(other) {
-        return Err(ApiError::bad_request("not a valid user id"));
+        return Err(Error::bad_request("not a valid user id"));
     }
     if me == other {
-        return Err(ApiError::bad_request("that is you"));
+        return Err(Error::bad_request("that is you"));
     }
     Ok(())
 }
 
 impl Core {
     /// Sends (or renews) a friend request; crossing requests become a friendship.
-    pub async fn friend_request(
-        &self,
-        me: &str,
-        to: &str,
-        message: &str,
-    ) -> Result<Value, ApiError> {
+    pub async fn friend_request(&self, me: &str, to: &str, message: &str) -> Result<Value, Error> {
         peer_id(me, to)?;
         self.change(|| self.friend_request_once(me, to, message))
             .await
@@ -63,12 +58,10 @@ impl Core {
         let mut w = StreamWriter::new(now);
         w.lock(d, &mut tx, &[me, to]).await?;
         if q::either_blocks(&mut tx, me, to).await? {
-            return Err(ApiError::forbidden("blocked", "one of you blocked the other").into());
+            return Err(Error::new(Code::Blocked, "one of you blocked the other").into());
         }
         if q::are_friends(&mut tx, me, to).await? {
-            return Err(
-                ApiError::conflict("already_friends", format!("{to} is your friend")).into(),
-            );
+            return Err(Error::new(Code::AlreadyFriends, format!("{to} is your friend")).into());
         }
         let mut fx = Effects::default();
         if let Some(theirs) = q::request_between(&mut tx, to, me).await?
@@ -115,7 +108,7 @@ impl Core {
     }
 
     /// The `friend-request` payload of a request in a new state, checked by its plugin.
-    fn request_event(&self, r: &FriendRequest, action: &str) -> Result<Value, ApiError> {
+    fn request_event(&self, r: &FriendRequest, action: &str) -> Result<Value, Error> {
         let payload = json!({
             "action": action,
             "requestId": r.request_id,
@@ -196,7 +189,7 @@ impl Core {
         me: &str,
         request_id: &str,
         decision: Decision,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Error> {
         self.change(|| self.decide_once(me, request_id, decision))
             .await
     }
@@ -210,7 +203,7 @@ impl Core {
         let now = now_ms();
         let d = self.store.dialect();
         let mut tx = self.store.write().begin().await?;
-        let not_found = || ApiError::missing("request_not_found", "no such request of yours");
+        let not_found = || Error::new(Code::RequestNotFound, "no such request of yours");
         let found = q::request_by_id(&mut tx, request_id)
             .await?
             .ok_or_else(not_found)?;
@@ -229,8 +222,8 @@ impl Core {
             .await?
             .ok_or_else(not_found)?;
         if r.state != RequestState::Pending {
-            return Err(ApiError::conflict(
-                "request_not_pending",
+            return Err(Error::new(
+                Code::RequestNotPending,
                 format!("the request was already {}", r.state.as_str()),
             )
             .into());
@@ -238,7 +231,7 @@ impl Core {
         if decision == Decision::Accept
             && q::either_blocks(&mut tx, &r.from_user, &r.to_user).await?
         {
-            return Err(ApiError::forbidden("blocked", "one of you blocked the other").into());
+            return Err(Error::new(Code::Blocked, "one of you blocked the other").into());
         }
         let mut fx = Effects::default();
         let state = match decision {
@@ -272,7 +265,7 @@ impl Core {
     }
 
     /// Ends a friendship for both.
-    pub async fn remove_friend(&self, me: &str, other: &str) -> Result<(), ApiError> {
+    pub async fn remove_friend(&self, me: &str, other: &str) -> Result<(), Error> {
         peer_id(me, other)?;
         self.change(|| async {
             let now = now_ms();
@@ -280,11 +273,9 @@ impl Core {
             let mut w = StreamWriter::new(now);
             w.lock(self.store.dialect(), &mut tx, &[me, other]).await?;
             if !q::are_friends(&mut tx, me, other).await? {
-                return Err(ApiError::missing(
-                    "not_friends",
-                    format!("{other} is not your friend"),
-                )
-                .into());
+                return Err(
+                    Error::new(Code::NotFriends, format!("{other} is not your friend")).into(),
+                );
             }
             q::set_friends(&mut tx, me, other, false, now).await?;
             w.append(
@@ -310,7 +301,7 @@ impl Core {
     }
 
     /// Blocks or unblocks `other`; only the blocker's stream learns of it.
-    pub async fn set_block(&self, me: &str, other: &str, on: bool) -> Result<(), ApiError> {
+    pub async fn set_block(&self, me: &str, other: &str, on: bool) -> Result<(), Error> {
         peer_id(me, other)?;
         self.change(|| async {
             let now = now_ms();

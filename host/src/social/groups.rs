@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use sqlx::AnyConnection;
 
 use super::{Effects, OpError, value};
-use crate::api::ApiError;
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
+use crate::protocol::{Code, Error};
 use crate::store::batch::{Refused, committing};
 use crate::store::groups::{
     self as q, Group, Head, Member, MemberState, Role, append_system, lock_head,
@@ -53,21 +53,21 @@ pub struct GroupPatch {
     pub join_policy: Option<String>,
 }
 
-fn join_policy(p: &str) -> Result<String, ApiError> {
+fn join_policy(p: &str) -> Result<String, Error> {
     match p {
         "open" | "approval" | "invite" => Ok(p.to_string()),
-        _ => Err(ApiError::bad_request(
+        _ => Err(Error::bad_request(
             "joinPolicy is one of open, approval, invite",
         )),
     }
 }
 
-fn group_not_found(id: i64) -> ApiError {
-    ApiError::missing("group_not_found", format!("no group or channel {id}"))
+fn group_not_found(id: i64) -> Error {
+    Error::new(Code::GroupNotFound, format!("no group or channel {id}"))
 }
 
 fn denied(why: &str) -> OpError {
-    ApiError::forbidden("permission_denied", why).into()
+    Error::new(Code::PermissionDenied, why).into()
 }
 
 /// The group info as the API shows it.
@@ -187,9 +187,9 @@ impl Core {
         Ok(users)
     }
 
-    pub async fn create_group(&self, owner: &str, spec: NewGroup) -> Result<Value, ApiError> {
+    pub async fn create_group(&self, owner: &str, spec: NewGroup) -> Result<Value, Error> {
         if !matches!(spec.conversation_type, 2 | 3) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "conversationType is 2 (group) or 3 (channel)",
             ));
         }
@@ -209,13 +209,13 @@ impl Core {
         members.sort();
         members.dedup();
         if let Some(bad) = members.iter().find(|m| !valid_user_id(m)) {
-            return Err(ApiError::bad_request(format!(
+            return Err(Error::bad_request(format!(
                 "{bad:?} is not a valid user id"
             )));
         }
         if members.len() + 1 > self.settings.max_group_members as usize {
-            return Err(ApiError::conflict(
-                "group_full",
+            return Err(Error::new(
+                Code::GroupFull,
                 format!(
                     "a group has at most {} members",
                     self.settings.max_group_members
@@ -309,12 +309,7 @@ impl Core {
         .await
     }
 
-    pub async fn patch_group(
-        &self,
-        actor: &str,
-        id: i64,
-        p: GroupPatch,
-    ) -> Result<Value, ApiError> {
+    pub async fn patch_group(&self, actor: &str, id: i64, p: GroupPatch) -> Result<Value, Error> {
         let policy = p.join_policy.as_deref().map(join_policy).transpose()?;
         if p.name.is_none()
             && p.notice.is_none()
@@ -322,7 +317,7 @@ impl Core {
             && p.mute_all.is_none()
             && policy.is_none()
         {
-            return Err(ApiError::bad_request("nothing to change"));
+            return Err(Error::bad_request("nothing to change"));
         }
         let (p, policy) = (&p, &policy);
         self.change(|| async move {
@@ -407,8 +402,8 @@ impl Core {
     ) -> Result<Option<std::sync::Arc<crate::store::batch::Stored>>, OpError> {
         let d = self.store.dialect();
         if l.group.member_count + users.len() as i64 > i64::from(self.settings.max_group_members) {
-            return Err(ApiError::conflict(
-                "group_full",
+            return Err(Error::new(
+                Code::GroupFull,
                 format!(
                     "a group has at most {} members",
                     self.settings.max_group_members
@@ -473,12 +468,12 @@ impl Core {
         actor: &str,
         id: i64,
         users: Vec<String>,
-    ) -> Result<Vec<String>, ApiError> {
+    ) -> Result<Vec<String>, Error> {
         if users.is_empty() || users.len() > 1000 {
-            return Err(ApiError::bad_request("userIds lists 1 to 1000 users"));
+            return Err(Error::bad_request("userIds lists 1 to 1000 users"));
         }
         if let Some(bad) = users.iter().find(|m| !valid_user_id(m)) {
-            return Err(ApiError::bad_request(format!(
+            return Err(Error::bad_request(format!(
                 "{bad:?} is not a valid user id"
             )));
         }
@@ -506,11 +501,9 @@ impl Core {
                 new.push(u.clone());
             }
             if new.is_empty() {
-                return Err(ApiError::conflict(
-                    "already_member",
-                    "everyone named is a member already",
-                )
-                .into());
+                return Err(
+                    Error::new(Code::AlreadyMember, "everyone named is a member already").into(),
+                );
             }
             // Every stream this change may write to, locked at once in user order.
             let mut w = StreamWriter::new(now);
@@ -556,14 +549,12 @@ impl Core {
         id: i64,
         users: Vec<String>,
         reason: String,
-    ) -> Result<Vec<String>, ApiError> {
+    ) -> Result<Vec<String>, Error> {
         if users.is_empty() || users.len() > 100 {
-            return Err(ApiError::bad_request("userIds lists 1 to 100 users"));
+            return Err(Error::bad_request("userIds lists 1 to 100 users"));
         }
         if users.iter().any(|u| u == actor) {
-            return Err(ApiError::bad_request(
-                "you cannot kick yourself: quit instead",
-            ));
+            return Err(Error::bad_request("you cannot kick yourself: quit instead"));
         }
         let (users, reason) = (&users, &reason);
         self.change(|| async move {
@@ -579,11 +570,9 @@ impl Core {
             let mut kicked: Vec<String> = Vec::new();
             for u in users {
                 let Some(m) = rows.get(u).filter(|m| m.is_current()) else {
-                    return Err(ApiError::missing(
-                        "target_not_member",
-                        format!("{u} is not a member"),
-                    )
-                    .into());
+                    return Err(
+                        Error::new(Code::TargetNotMember, format!("{u} is not a member")).into(),
+                    );
                 };
                 if m.role >= l.me.role {
                     return Err(denied(
@@ -626,14 +615,14 @@ impl Core {
         .await
     }
 
-    pub async fn quit(&self, actor: &str, id: i64) -> Result<(), ApiError> {
+    pub async fn quit(&self, actor: &str, id: i64) -> Result<(), Error> {
         self.change(|| async move {
             let now = now_ms();
             let mut tx = self.store.write().begin().await?;
             let mut l = self.lock_group(&mut tx, id, actor).await?;
             if l.me.role == Role::Owner {
-                return Err(ApiError::conflict(
-                    "owner_cannot_quit",
+                return Err(Error::new(
+                    Code::OwnerCannotQuit,
                     "the owner transfers the group or dissolves it",
                 )
                 .into());
@@ -673,7 +662,7 @@ impl Core {
         .await
     }
 
-    pub async fn dissolve(&self, actor: &str, id: i64) -> Result<(), ApiError> {
+    pub async fn dissolve(&self, actor: &str, id: i64) -> Result<(), Error> {
         self.change(|| async move {
             let now = now_ms();
             let mut tx = self.store.write().begin().await?;
@@ -738,9 +727,9 @@ impl Core {
         id: i64,
         user: &str,
         role: Role,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Error> {
         if user == actor {
-            return Err(ApiError::bad_request("that is you"));
+            return Err(Error::bad_request("that is you"));
         }
         self.change(|| async move {
             let now = now_ms();
@@ -755,7 +744,7 @@ impl Core {
                 .remove(user)
                 .filter(Member::is_current)
                 .ok_or_else(|| {
-                    ApiError::missing("target_not_member", format!("{user} is not a member"))
+                    Error::new(Code::TargetNotMember, format!("{user} is not a member"))
                 })?;
             let event = match role {
                 Role::Owner => "ownerChanged",
@@ -806,7 +795,7 @@ impl Core {
         .await
     }
 
-    pub async fn transfer(&self, actor: &str, id: i64, user: &str) -> Result<Value, ApiError> {
+    pub async fn transfer(&self, actor: &str, id: i64, user: &str) -> Result<Value, Error> {
         self.change_role(actor, id, user, Role::Owner).await
     }
 
@@ -816,23 +805,17 @@ impl Core {
         id: i64,
         user: &str,
         on: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Error> {
         let role = if on { Role::Admin } else { Role::Member };
         self.change_role(actor, id, user, role).await
     }
 
-    pub async fn mute(
-        &self,
-        actor: &str,
-        id: i64,
-        user: &str,
-        until: i64,
-    ) -> Result<Value, ApiError> {
+    pub async fn mute(&self, actor: &str, id: i64, user: &str, until: i64) -> Result<Value, Error> {
         if user == actor {
-            return Err(ApiError::bad_request("that is you"));
+            return Err(Error::bad_request("that is you"));
         }
         if until < 0 || (until != 0 && until <= now_ms()) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "until is a time in ms in the future, or 0 to unmute",
             ));
         }
@@ -848,7 +831,7 @@ impl Core {
                 .await?
                 .remove(user)
                 .filter(Member::is_current)
-                .ok_or_else(|| ApiError::missing("target_not_member", format!("{user} is not a member")))?;
+                .ok_or_else(|| Error::new(Code::TargetNotMember, format!("{user} is not a member")))?;
             if target.role >= l.me.role {
                 return Err(denied("admins mute ordinary members only; nobody mutes the owner"));
             }
@@ -888,10 +871,10 @@ impl Core {
     }
 
     /// Joins an open group, or asks to join one that needs approval.
-    pub async fn join(&self, actor: &str, id: i64, message: &str) -> Result<Value, ApiError> {
+    pub async fn join(&self, actor: &str, id: i64, message: &str) -> Result<Value, Error> {
         let message = message.trim();
         if message.chars().count() > 200 || message.chars().any(char::is_control) {
-            return Err(ApiError::bad_request(
+            return Err(Error::bad_request(
                 "message is at most 200 characters, without control characters",
             ));
         }
@@ -911,7 +894,7 @@ impl Core {
             }
             let mine = q::members_in(d, &mut tx, id, &[actor]).await?.remove(actor);
             if mine.as_ref().is_some_and(Member::is_current) {
-                return Err(ApiError::conflict("already_member", "you are a member").into());
+                return Err(Error::new(Code::AlreadyMember, "you are a member").into());
             }
             let me = Member {
                 user_id: actor.to_string(),
@@ -967,11 +950,9 @@ impl Core {
                     json!({ "state": "pending", "requestId": request.request_id })
                 }
                 _ => {
-                    return Err(ApiError::forbidden(
-                        "join_closed",
-                        "members of this group are invited",
-                    )
-                    .into());
+                    return Err(
+                        Error::new(Code::JoinClosed, "members of this group are invited").into(),
+                    );
                 }
             };
             fx.events = w.finish(self.store.dialect(), &mut tx).await?;
@@ -1029,7 +1010,7 @@ impl Core {
         id: i64,
         user: &str,
         approve: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, Error> {
         self.change(|| async move {
             let now = now_ms();
             let d = self.store.dialect();
@@ -1039,11 +1020,11 @@ impl Core {
                 return Err(denied("only the owner and admins decide join requests"));
             }
             let r = q::join_request(&mut tx, id, user).await?.ok_or_else(|| {
-                ApiError::missing("request_not_found", format!("{user} did not ask to join"))
+                Error::new(Code::RequestNotFound, format!("{user} did not ask to join"))
             })?;
             if r.state != 0 {
-                return Err(ApiError::conflict(
-                    "request_not_pending",
+                return Err(Error::new(
+                    Code::RequestNotPending,
                     format!("the request was already {}", r.state_str()),
                 )
                 .into());

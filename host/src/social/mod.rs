@@ -19,21 +19,21 @@ pub use accounts::deleted_answer;
 pub use friends::Decision;
 pub use groups::{GroupPatch, NewGroup, info as groups_info};
 
-use crate::api::ApiError;
-use crate::gateway::frames;
 use crate::messaging::Core;
 use crate::plugins::{Delivery, SendContext, SenderKind};
+use crate::protocol::Error;
+use crate::protocol::frames;
 use crate::store::batch::{BatchError, Stored};
 use crate::store::stream::UserEvent;
 
 /// Why a change did not commit: refused by a rule, or the database.
 pub(crate) enum OpError {
-    Refused(ApiError),
+    Refused(Error),
     Db(BatchError),
 }
 
-impl From<ApiError> for OpError {
-    fn from(e: ApiError) -> OpError {
+impl From<Error> for OpError {
+    fn from(e: Error) -> OpError {
         OpError::Refused(e)
     }
 }
@@ -71,7 +71,7 @@ const RETRIES: u32 = 5;
 
 impl Core {
     /// Runs a change until it commits or is refused, then pushes its effects.
-    pub(crate) async fn change<T, F, Fut>(&self, mut once: F) -> Result<T, ApiError>
+    pub(crate) async fn change<T, F, Fut>(&self, mut once: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<(T, Effects), OpError>>,
@@ -99,7 +99,7 @@ impl Core {
                     if let Some(e) = e.source_error() {
                         self.store.note(e);
                     }
-                    return Err(ApiError::batch(e));
+                    return Err(Error::from(e));
                 }
                 Err(OpError::Refused(e)) => return Err(e),
             }
@@ -113,12 +113,12 @@ impl Core {
         }
         for (tip, recipients) in &fx.tips {
             let frame = frames::notify_stored(tip);
-            self.hub
+            self.delivery
                 .push(recipients, &frame, Delivery::Persistent, None, 0);
         }
         for e in &fx.events {
             let frame = frames::notify_user(e);
-            self.hub.push(
+            self.delivery.push(
                 std::slice::from_ref(&e.user_id),
                 &frame,
                 Delivery::Persistent,
@@ -136,7 +136,7 @@ impl Core {
         conversation_type: u8,
         conversation_id: i64,
         payload: &Value,
-    ) -> Result<String, ApiError> {
+    ) -> Result<String, Error> {
         let id = conversation_id.to_string();
         let ctx = SendContext {
             sender_id: "system",

@@ -2,6 +2,7 @@
 //! order. Per conversation, `seq` is allocated under the head row (locked on PostgreSQL,
 //! the single writer on SQLite), so the order of seq is the order of commit.
 
+use crate::protocol::{Code, Error};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -43,18 +44,7 @@ pub enum Op {
     },
 }
 
-/// A message as stored.
-#[derive(Debug, Clone)]
-pub struct Stored {
-    pub conversation_id: i64,
-    pub conversation_type: u8,
-    pub seq: i64,
-    pub msg_id: i64,
-    pub sender_id: String,
-    pub content_type: u32,
-    pub payload: String,
-    pub server_time: i64,
-}
+pub use crate::protocol::Stored;
 
 #[derive(Debug, Clone)]
 pub enum Outcome {
@@ -119,23 +109,37 @@ pub enum Refused {
 }
 
 impl Refused {
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            Refused::NotAMember(_) => "not_a_member",
-            Refused::UserNotFound(_) => "user_not_found",
-            Refused::SelfConversation => "bad_request",
-            Refused::NoConversation(_) => "conversation_not_found",
-            Refused::ConversationTypeMismatch { .. } => "conversation_type_mismatch",
-            Refused::MessageNotFound(_) => "message_not_found",
-            Refused::RecallNotOwn(_) => "recall_not_own_message",
-            Refused::RecallWindowExpired(_) => "recall_window_expired",
-            Refused::AlreadyRecalled(_) => "already_recalled",
-            Refused::NotRecallable(_) => "message_not_recallable",
-            Refused::Blocked => "blocked",
-            Refused::Muted(_) => "muted",
-            Refused::PermissionDenied(_) => "permission_denied",
-            Refused::GroupDissolved(_) => "group_dissolved",
+            Refused::NotAMember(_) => Code::NotAMember,
+            Refused::UserNotFound(_) => Code::UserNotFound,
+            Refused::SelfConversation => Code::BadRequest,
+            Refused::NoConversation(_) => Code::ConversationNotFound,
+            Refused::ConversationTypeMismatch { .. } => Code::ConversationTypeMismatch,
+            Refused::MessageNotFound(_) => Code::MessageNotFound,
+            Refused::RecallNotOwn(_) => Code::RecallNotOwnMessage,
+            Refused::RecallWindowExpired(_) => Code::RecallWindowExpired,
+            Refused::AlreadyRecalled(_) => Code::AlreadyRecalled,
+            Refused::NotRecallable(_) => Code::MessageNotRecallable,
+            Refused::Blocked => Code::Blocked,
+            Refused::Muted(_) => Code::Muted,
+            Refused::PermissionDenied(_) => Code::PermissionDenied,
+            Refused::GroupDissolved(_) => Code::GroupDissolved,
         }
+    }
+}
+
+impl From<Refused> for Error {
+    fn from(r: Refused) -> Error {
+        Error::new(r.code(), r.to_string())
+    }
+}
+
+impl From<BatchError> for Error {
+    /// Logged in full; answered `store_unavailable`.
+    fn from(e: BatchError) -> Error {
+        tracing::error!("database: {e}");
+        Error::unavailable("the database did not accept the write; retry")
     }
 }
 

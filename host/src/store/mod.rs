@@ -364,6 +364,12 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// A database error, for an answer: logged in full, answered `store_unavailable`.
+pub fn unavailable(e: sqlx::Error) -> crate::protocol::Error {
+    tracing::error!("database: {e}");
+    crate::protocol::Error::unavailable("the database did not answer; retry")
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

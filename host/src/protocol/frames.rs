@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-use crate::api::ApiError;
+use super::Error;
 use crate::store::batch::Stored;
 
 /// A stored payload as raw JSON (it was checked to be JSON when stored).
@@ -166,7 +166,7 @@ pub fn ack<T: Serialize>(id: Option<&str>, body: &T) -> Utf8Bytes {
     })
 }
 
-pub fn error(id: Option<&str>, e: &ApiError) -> Utf8Bytes {
+pub fn error(id: Option<&str>, e: &Error) -> Utf8Bytes {
     #[derive(Serialize)]
     struct Error<'a> {
         #[serde(rename = "type")]
@@ -181,7 +181,7 @@ pub fn error(id: Option<&str>, e: &ApiError) -> Utf8Bytes {
     encode(&Error {
         kind: "error",
         id,
-        code: e.code,
+        code: e.code.as_str(),
         message: &e.message,
         reason: e.reason.as_deref(),
     })

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod gateway;
 pub mod limits;

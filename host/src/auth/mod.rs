@@ -84,7 +84,7 @@ impl std::fmt::Debug for Tokens {
 }
 
 fn now_secs() -> i64 {
-    crate::store::now_ms() / 1000
+    crate::clock::now_ms() / 1000
 }
 
 impl Tokens {

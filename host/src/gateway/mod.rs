@@ -22,12 +22,12 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes, error::ProtocolError};
 
+use crate::clock::now_ms;
 use crate::limits::{Bucket, Guard};
 use crate::messaging::Respond;
 use crate::messaging::{Core, Session};
 use crate::protocol::{Code, Error, Peer, bearer, frames};
 use crate::store::batch::Op;
-use crate::store::now_ms;
 use frames::{Peek, ReadFrame, SendFrame};
 use hub::{Device, Hub};
 

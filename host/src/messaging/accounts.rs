@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use super::Core;
 use super::Which;
 use crate::auth::{TokenId, Verified};
+use crate::clock::now_ms;
 use crate::protocol::Close;
 use crate::protocol::{Code, Error};
 use crate::store::accounts::AccountRow;
-use crate::store::now_ms;
 
 /// What this node knows of an account.
 #[derive(Debug, Clone, Default)]

@@ -10,11 +10,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::Settings;
 use super::delivery::{Delivery, Respond};
 use super::route::{Routes, pair};
+use crate::clock::now_ms;
 use crate::plugins::Delivery as Class;
 use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, SendAck};
+use crate::store::Store;
 use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome, RecipientCache, Target};
-use crate::store::{Store, now_ms};
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
 #[derive(Debug)]

@@ -296,7 +296,7 @@ impl Core {
         // The rules of a group send hold for live kinds too.
         if conversation_type >= 2 {
             let (role, muted_until) = live_members.roles.get(sender).copied().unwrap_or((0, 0));
-            if muted_until > crate::store::now_ms() || (live_members.mute_all && role < 1) {
+            if muted_until > crate::clock::now_ms() || (live_members.mute_all && role < 1) {
                 return Err(Refused::Muted(conversation_id).into());
             }
         }

@@ -5,8 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-use super::Error;
-use crate::store::batch::Stored;
+use super::{Error, Stored, UserEvent};
 
 /// A stored payload as raw JSON (it was checked to be JSON when stored).
 pub fn raw(payload: &str) -> Box<RawValue> {
@@ -75,7 +74,7 @@ pub fn notify_live(
 }
 
 /// An event of the user's own stream (conversation type 0).
-pub fn notify_user(e: &crate::store::stream::UserEvent) -> Utf8Bytes {
+pub fn notify_user(e: &UserEvent) -> Utf8Bytes {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct NotifyUser<'a> {

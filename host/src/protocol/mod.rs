@@ -23,6 +23,32 @@ pub struct Stored {
     pub server_time: i64,
 }
 
+/// One recorded change, as stored and as pushed.
+#[derive(Debug, Clone)]
+pub struct UserEvent {
+    pub user_id: String,
+    pub epoch: i64,
+    pub seq: i64,
+    pub event: String,
+    /// The kind whose plugin checked `data` (friend-request), if any.
+    pub content_type: Option<u32>,
+    /// JSON text.
+    pub data: String,
+    pub server_time: i64,
+}
+
+/// Two users of a private conversation, in order.
+pub type Pair = (String, String);
+
+/// The pair of two users, the same from either side.
+pub fn pair(a: &str, b: &str) -> Pair {
+    if a <= b {
+        (a.to_string(), b.to_string())
+    } else {
+        (b.to_string(), a.to_string())
+    }
+}
+
 /// Why the server closes a connection. The code goes in the WebSocket close frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Close {

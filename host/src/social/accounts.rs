@@ -9,12 +9,12 @@ use serde_json::json;
 
 use super::{Decision, Effects};
 use crate::auth::random_bytes;
+use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::Error;
 use crate::store::accounts::{DELETED_PREFIX, rename_account};
 use crate::store::batch::committing;
 use crate::store::groups::Role;
-use crate::store::now_ms;
 
 impl Core {
     /// Deletes `user_id`'s account; its alias. Calling it again on a deleted account

@@ -7,11 +7,11 @@ use sqlx::AnyConnection;
 
 use super::{Effects, OpError, value};
 use crate::auth::valid_user_id;
+use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
 use crate::store::batch::{Refused, committing, pair, resolve_pairs};
 use crate::store::groups::{append_system, lock_head};
-use crate::store::now_ms;
 use crate::store::social::{self as q, FriendRequest, RequestState};
 use crate::store::stream::StreamWriter;
 

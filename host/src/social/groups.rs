@@ -11,13 +11,13 @@ use sqlx::AnyConnection;
 
 use super::{Effects, OpError, value};
 use crate::auth::valid_user_id;
+use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
 use crate::store::batch::{Refused, committing};
 use crate::store::groups::{
     self as q, Group, Head, Member, MemberState, Role, append_system, lock_head,
 };
-use crate::store::now_ms;
 use crate::store::social::user_exists;
 use crate::store::stream::StreamWriter;
 

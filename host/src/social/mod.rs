@@ -22,9 +22,9 @@ pub use groups::{GroupPatch, NewGroup, info as groups_info};
 use crate::messaging::Core;
 use crate::plugins::{Delivery, SendContext, SenderKind};
 use crate::protocol::Error;
+use crate::protocol::UserEvent;
 use crate::protocol::frames;
 use crate::store::batch::{BatchError, Stored};
-use crate::store::stream::UserEvent;
 
 /// Why a change did not commit: refused by a rule, or the database.
 pub(crate) enum OpError {

@@ -2,7 +2,8 @@
 
 use sqlx::Row as _;
 
-use super::{Store, now_ms};
+use super::Store;
+use crate::clock::now_ms;
 
 /// The start of a deleted account's alias (`rename_account`): no one registers an id that
 /// starts with it, and an unknown one is no one's.

@@ -334,17 +334,7 @@ fn classify(e: sqlx::Error) -> BatchError {
     }
 }
 
-/// Two users of a private conversation, in order.
-pub type Pair = (String, String);
-
-/// The pair of two users, the same from either side.
-pub fn pair(a: &str, b: &str) -> Pair {
-    if a <= b {
-        (a.to_string(), b.to_string())
-    } else {
-        (b.to_string(), a.to_string())
-    }
-}
+pub use crate::protocol::{Pair, pair};
 
 async fn run(
     d: Dialect,

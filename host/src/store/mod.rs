@@ -80,12 +80,12 @@ impl Health {
     pub fn note(&self, e: &sqlx::Error) {
         if is_broken(e) {
             self.suspect_until_ms
-                .store(now_ms() + SUSPECT_MS, Ordering::Relaxed);
+                .store(crate::clock::now_ms() + SUSPECT_MS, Ordering::Relaxed);
         }
     }
 
     fn suspect(&self) -> bool {
-        now_ms() < self.suspect_until_ms.load(Ordering::Relaxed)
+        crate::clock::now_ms() < self.suspect_until_ms.load(Ordering::Relaxed)
     }
 }
 
@@ -368,14 +368,6 @@ fn redact(url: &str) -> String {
 pub fn unavailable(e: sqlx::Error) -> crate::protocol::Error {
     tracing::error!("database: {e}");
     crate::protocol::Error::unavailable("the database did not answer; retry")
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// `n` placeholders numbered from `first`: `$3, $4` on PostgreSQL, `?, ?` on SQLite.

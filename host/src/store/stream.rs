@@ -8,19 +8,7 @@ use sqlx::{AnyConnection, Row as _};
 
 use super::{Dialect, Store, placeholders, shaped_chunks, tuples};
 
-/// One recorded change, as stored and as pushed.
-#[derive(Debug, Clone)]
-pub struct UserEvent {
-    pub user_id: String,
-    pub epoch: i64,
-    pub seq: i64,
-    pub event: String,
-    /// The kind whose plugin checked `data` (friend-request), if any.
-    pub content_type: Option<u32>,
-    /// JSON text.
-    pub data: String,
-    pub server_time: i64,
-}
+pub use crate::protocol::UserEvent;
 
 /// The streams a transaction writes to: their heads, locked, and the events so far.
 pub struct StreamWriter {

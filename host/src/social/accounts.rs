@@ -7,13 +7,11 @@
 
 use serde_json::json;
 
-use super::{Decision, Effects};
+use super::Decision;
 use crate::auth::random_bytes;
-use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::Error;
 use crate::store::accounts::{DELETED_PREFIX, rename_account};
-use crate::store::batch::committing;
 use crate::store::groups::Role;
 
 impl Core {
@@ -53,11 +51,11 @@ impl Core {
     }
 
     async fn rename(&self, user_id: &str, alias: &str) -> Result<(), Error> {
-        self.change(|| async {
-            let mut tx = self.store.write().begin().await?;
-            rename_account(&mut tx, user_id, alias, now_ms()).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok(((), Effects::default()))
+        self.change(|mut c| {
+            Box::pin(async move {
+                rename_account(&mut c.tx, user_id, alias, c.now).await?;
+                Ok(((), c))
+            })
         })
         .await
     }

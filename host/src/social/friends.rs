@@ -3,17 +3,14 @@
 //! other) and each event gets its seq in commit order.
 
 use serde_json::{Value, json};
-use sqlx::AnyConnection;
 
-use super::{Effects, OpError, value};
+use super::{Change, OpError, value};
 use crate::auth::valid_user_id;
-use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
-use crate::store::batch::{Refused, committing, pair, resolve_pairs};
+use crate::store::batch::{Refused, pair, resolve_pairs};
 use crate::store::groups::{append_system, lock_head};
 use crate::store::social::{self as q, FriendRequest, RequestState};
-use crate::store::stream::StreamWriter;
 
 /// The friend-request kind.
 const FRIEND_REQUEST: u32 = 7;
@@ -39,42 +36,36 @@ impl Core {
     /// Sends (or renews) a friend request; crossing requests become a friendship.
     pub async fn friend_request(&self, me: &str, to: &str, message: &str) -> Result<Value, Error> {
         peer_id(me, to)?;
-        self.change(|| self.friend_request_once(me, to, message))
+        self.change(|c| Box::pin(self.friend_request_once(c, me, to, message)))
             .await
     }
 
     async fn friend_request_once(
         &self,
+        mut c: Change,
         me: &str,
         to: &str,
         message: &str,
-    ) -> Result<(Value, Effects), OpError> {
-        let now = now_ms();
-        let d = self.store.dialect();
-        let mut tx = self.store.write().begin().await?;
-        if !q::user_exists(&mut tx, to).await? {
+    ) -> Result<(Value, Change), OpError> {
+        let now = c.now;
+        if !q::user_exists(&mut c.tx, to).await? {
             return Err(Refused::UserNotFound(to.to_string()).into());
         }
-        let mut w = StreamWriter::new(now);
-        w.lock(d, &mut tx, &[me, to]).await?;
-        if q::either_blocks(&mut tx, me, to).await? {
+        c.lock_streams(&[me, to]).await?;
+        if q::either_blocks(&mut c.tx, me, to).await? {
             return Err(Error::new(Code::Blocked, "one of you blocked the other").into());
         }
-        if q::are_friends(&mut tx, me, to).await? {
+        if q::are_friends(&mut c.tx, me, to).await? {
             return Err(Error::new(Code::AlreadyFriends, format!("{to} is your friend")).into());
         }
-        let mut fx = Effects::default();
-        if let Some(theirs) = q::request_between(&mut tx, to, me).await?
+        if let Some(theirs) = q::request_between(&mut c.tx, to, me).await?
             && theirs.state == RequestState::Pending
         {
             let id = theirs.request_id.clone();
-            self.accept(&mut tx, &mut w, &mut fx, theirs, me, now)
-                .await?;
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            return Ok((json!({ "requestId": id, "state": "accepted" }), fx));
+            self.accept(&mut c, theirs, me).await?;
+            return Ok((json!({ "requestId": id, "state": "accepted" }), c));
         }
-        let request = match q::request_between(&mut tx, me, to).await? {
+        let request = match q::request_between(&mut c.tx, me, to).await? {
             Some(r) if r.state == RequestState::Pending => FriendRequest {
                 message: message.to_string(),
                 updated_at: now,
@@ -96,14 +87,14 @@ impl Core {
             message: data["message"].as_str().unwrap_or("").to_string(),
             ..request
         };
-        q::save_request(&mut tx, &request).await?;
-        w.append(me, "friend.request", Some(FRIEND_REQUEST), &data);
-        w.append(to, "friend.request", Some(FRIEND_REQUEST), &data);
-        fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-        tx.commit().await.map_err(committing)?;
+        q::save_request(&mut c.tx, &request).await?;
+        c.streams
+            .append(me, "friend.request", Some(FRIEND_REQUEST), &data);
+        c.streams
+            .append(to, "friend.request", Some(FRIEND_REQUEST), &data);
         Ok((
             json!({ "requestId": request.request_id, "state": "pending" }),
-            fx,
+            c,
         ))
     }
 
@@ -128,14 +119,12 @@ impl Core {
     /// events, and the tip in the pair's private conversation (created if need be).
     async fn accept(
         &self,
-        tx: &mut AnyConnection,
-        w: &mut StreamWriter,
-        fx: &mut Effects,
+        c: &mut Change,
         request: FriendRequest,
         operator: &str,
-        now: i64,
     ) -> Result<(), OpError> {
-        let d = self.store.dialect();
+        let (d, now) = (self.store.dialect(), c.now);
+        let tx = &mut *c.tx;
         let request = FriendRequest {
             state: RequestState::Accepted,
             updated_at: now,
@@ -146,8 +135,10 @@ impl Core {
         let data = self.request_event(&request, "accepted")?;
         let (a, b) = (&request.from_user, &request.to_user);
         for (user, friend) in [(a, b), (b, a)] {
-            w.append(user, "friend.request", Some(FRIEND_REQUEST), &data);
-            w.append(user, "friend.added", None, &json!({ "userId": friend }));
+            c.streams
+                .append(user, "friend.request", Some(FRIEND_REQUEST), &data);
+            c.streams
+                .append(user, "friend.added", None, &json!({ "userId": friend }));
         }
         let key = pair(a, b);
         let conversation = resolve_pairs(d, tx, std::slice::from_ref(&key), now)
@@ -179,7 +170,7 @@ impl Core {
             now,
         )
         .await?;
-        fx.tips.push((stored, vec![a.clone(), b.clone()]));
+        c.fx.tips.push((stored, vec![a.clone(), b.clone()]));
         Ok(())
     }
 
@@ -190,21 +181,20 @@ impl Core {
         request_id: &str,
         decision: Decision,
     ) -> Result<Value, Error> {
-        self.change(|| self.decide_once(me, request_id, decision))
+        self.change(|c| Box::pin(self.decide_once(c, me, request_id, decision)))
             .await
     }
 
     async fn decide_once(
         &self,
+        mut c: Change,
         me: &str,
         request_id: &str,
         decision: Decision,
-    ) -> Result<(Value, Effects), OpError> {
-        let now = now_ms();
-        let d = self.store.dialect();
-        let mut tx = self.store.write().begin().await?;
+    ) -> Result<(Value, Change), OpError> {
+        let now = c.now;
         let not_found = || Error::new(Code::RequestNotFound, "no such request of yours");
-        let found = q::request_by_id(&mut tx, request_id)
+        let found = q::request_by_id(&mut c.tx, request_id)
             .await?
             .ok_or_else(not_found)?;
         let mine = match decision {
@@ -214,11 +204,9 @@ impl Core {
         if !mine {
             return Err(not_found().into());
         }
-        let mut w = StreamWriter::new(now);
-        w.lock(d, &mut tx, &[&found.from_user, &found.to_user])
-            .await?;
+        c.lock_streams(&[&found.from_user, &found.to_user]).await?;
         // Read again under the locks: a concurrent decision may have come first.
-        let r = q::request_by_id(&mut tx, request_id)
+        let r = q::request_by_id(&mut c.tx, request_id)
             .await?
             .ok_or_else(not_found)?;
         if r.state != RequestState::Pending {
@@ -229,14 +217,13 @@ impl Core {
             .into());
         }
         if decision == Decision::Accept
-            && q::either_blocks(&mut tx, &r.from_user, &r.to_user).await?
+            && q::either_blocks(&mut c.tx, &r.from_user, &r.to_user).await?
         {
             return Err(Error::new(Code::Blocked, "one of you blocked the other").into());
         }
-        let mut fx = Effects::default();
         let state = match decision {
             Decision::Accept => {
-                self.accept(&mut tx, &mut w, &mut fx, r, me, now).await?;
+                self.accept(&mut c, r, me).await?;
                 RequestState::Accepted
             }
             Decision::Reject | Decision::Cancel => {
@@ -249,53 +236,50 @@ impl Core {
                     updated_at: now,
                     ..r
                 };
-                q::save_request(&mut tx, &r).await?;
+                q::save_request(&mut c.tx, &r).await?;
                 let data = self.request_event(&r, state.as_str())?;
-                w.append(&r.from_user, "friend.request", Some(FRIEND_REQUEST), &data);
-                w.append(&r.to_user, "friend.request", Some(FRIEND_REQUEST), &data);
+                c.streams
+                    .append(&r.from_user, "friend.request", Some(FRIEND_REQUEST), &data);
+                c.streams
+                    .append(&r.to_user, "friend.request", Some(FRIEND_REQUEST), &data);
                 state
             }
         };
-        fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-        tx.commit().await.map_err(committing)?;
         Ok((
             json!({ "requestId": request_id, "state": state.as_str() }),
-            fx,
+            c,
         ))
     }
 
     /// Ends a friendship for both.
     pub async fn remove_friend(&self, me: &str, other: &str) -> Result<(), Error> {
         peer_id(me, other)?;
-        self.change(|| async {
-            let now = now_ms();
-            let mut tx = self.store.write().begin().await?;
-            let mut w = StreamWriter::new(now);
-            w.lock(self.store.dialect(), &mut tx, &[me, other]).await?;
-            if !q::are_friends(&mut tx, me, other).await? {
-                return Err(
-                    Error::new(Code::NotFriends, format!("{other} is not your friend")).into(),
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                c.lock_streams(&[me, other]).await?;
+                if !q::are_friends(&mut c.tx, me, other).await? {
+                    return Err(Error::new(
+                        Code::NotFriends,
+                        format!("{other} is not your friend"),
+                    )
+                    .into());
+                }
+                q::set_friends(&mut c.tx, me, other, false, now).await?;
+                c.streams.append(
+                    me,
+                    "friend.removed",
+                    None,
+                    &json!({ "userId": other, "by": me }),
                 );
-            }
-            q::set_friends(&mut tx, me, other, false, now).await?;
-            w.append(
-                me,
-                "friend.removed",
-                None,
-                &json!({ "userId": other, "by": me }),
-            );
-            w.append(
-                other,
-                "friend.removed",
-                None,
-                &json!({ "userId": me, "by": me }),
-            );
-            let fx = Effects {
-                events: w.finish(self.store.dialect(), &mut tx).await?,
-                ..Effects::default()
-            };
-            tx.commit().await.map_err(committing)?;
-            Ok(((), fx))
+                c.streams.append(
+                    other,
+                    "friend.removed",
+                    None,
+                    &json!({ "userId": me, "by": me }),
+                );
+                Ok(((), c))
+            })
         })
         .await
     }
@@ -303,27 +287,23 @@ impl Core {
     /// Blocks or unblocks `other`; only the blocker's stream learns of it.
     pub async fn set_block(&self, me: &str, other: &str, on: bool) -> Result<(), Error> {
         peer_id(me, other)?;
-        self.change(|| async {
-            let now = now_ms();
-            let mut tx = self.store.write().begin().await?;
-            if !q::user_exists(&mut tx, other).await? {
-                return Err(Refused::UserNotFound(other.to_string()).into());
-            }
-            let mut w = StreamWriter::new(now);
-            w.lock(self.store.dialect(), &mut tx, &[me]).await?;
-            let change = q::set_block(&mut tx, me, other, on, now).await?;
-            if change.changed {
-                let event = if on { "block.added" } else { "block.removed" };
-                w.append(me, event, None, &json!({ "userId": other }));
-            }
-            let fx = Effects {
-                events: w.finish(self.store.dialect(), &mut tx).await?,
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                if !q::user_exists(&mut c.tx, other).await? {
+                    return Err(Refused::UserNotFound(other.to_string()).into());
+                }
+                c.lock_streams(&[me]).await?;
+                let change = q::set_block(&mut c.tx, me, other, on, now).await?;
+                if change.changed {
+                    let event = if on { "block.added" } else { "block.removed" };
+                    c.streams
+                        .append(me, event, None, &json!({ "userId": other }));
+                }
                 // Live sends read the block with the conversation's members.
-                members_changed: change.conversation_id,
-                ..Effects::default()
-            };
-            tx.commit().await.map_err(committing)?;
-            Ok(((), fx))
+                c.fx.members_changed = change.conversation_id;
+                Ok(((), c))
+            })
         })
         .await
     }

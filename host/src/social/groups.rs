@@ -9,17 +9,16 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::AnyConnection;
 
-use super::{Effects, OpError, value};
+use super::{Change, OpError, value};
 use crate::auth::valid_user_id;
 use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
-use crate::store::batch::{Refused, committing};
+use crate::store::batch::Refused;
 use crate::store::groups::{
     self as q, Group, Head, Member, MemberState, Role, append_system, lock_head,
 };
 use crate::store::social::user_exists;
-use crate::store::stream::StreamWriter;
 
 const GROUP_KICK: u32 = 8;
 const GROUP_UPDATE: u32 = 9;
@@ -223,12 +222,10 @@ impl Core {
             ));
         }
         let (spec, members, policy) = (&spec, &members, &policy);
-        self.change(|| async move {
-            let now = now_ms();
-            let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
+        self.change(|mut c| Box::pin(async move {
+            let now = c.now;
             for m in members {
-                if !user_exists(&mut tx, m).await? {
+                if !user_exists(&mut c.tx, m).await? {
                     return Err(Refused::UserNotFound(m.clone()).into());
                 }
             }
@@ -263,10 +260,10 @@ impl Core {
                 created_at: now,
                 updated_at: now,
             };
-            let mut head = q::create_group(&mut tx, &group).await?;
+            let mut head = q::create_group(&mut c.tx, &group).await?;
             group.conversation_id = head.conversation_id;
             let tip = append_system(
-                &mut tx,
+                &mut c.tx,
                 &mut head,
                 owner,
                 GROUP_UPDATE,
@@ -277,16 +274,15 @@ impl Core {
             .await?;
             let mut everyone: Vec<&str> = vec![owner];
             everyone.extend(members.iter().map(String::as_str));
-            let mut w = StreamWriter::new(now);
-            w.lock(d, &mut tx, &everyone).await?;
+            c.lock_streams(&everyone).await?;
             for user in &everyone {
                 let role = if *user == owner {
                     Role::Owner
                 } else {
                     Role::Member
                 };
-                q::open_membership(&mut tx, &head, user, 0, role, now).await?;
-                w.append(
+                q::open_membership(&mut c.tx, &head, user, 0, role, now).await?;
+                c.streams.append(
                     user,
                     "group.joined",
                     None,
@@ -298,14 +294,10 @@ impl Core {
                     }),
                 );
             }
-            let fx = Effects {
-                tips: vec![(tip, everyone.iter().map(|u| u.to_string()).collect())],
-                events: w.finish(self.store.dialect(), &mut tx).await?,
-                members_changed: Some(head.conversation_id),
-            };
-            tx.commit().await.map_err(committing)?;
-            Ok((info(&group), fx))
-        })
+            c.fx.tips = vec![(tip, everyone.iter().map(|u| u.to_string()).collect())];
+            c.fx.members_changed = Some(head.conversation_id);
+            Ok((info(&group), c))
+        }))
         .await
     }
 
@@ -320,87 +312,81 @@ impl Core {
             return Err(Error::bad_request("nothing to change"));
         }
         let (p, policy) = (&p, &policy);
-        self.change(|| async move {
-            let now = now_ms();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            if l.me.role < Role::Admin {
-                return Err(denied("only the owner and admins change the settings"));
-            }
-            // Only what changes goes into the tip; a patch that changes nothing makes none.
-            let g = &l.group;
-            let mut payload = json!({ "operatorId": actor });
-            for (k, v, now_is) in [
-                ("name", &p.name, &g.name),
-                ("notice", &p.notice, &g.notice),
-                ("avatar", &p.avatar, &g.avatar),
-            ] {
-                if let Some(v) = v
-                    && v.trim() != now_is
-                {
-                    payload[k] = v.clone().into();
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                if l.me.role < Role::Admin {
+                    return Err(denied("only the owner and admins change the settings"));
                 }
-            }
-            if let Some(m) = p.mute_all
-                && m != g.mute_all
-            {
-                payload["muteAll"] = m.into();
-            }
-            if let Some(j) = policy
-                && j != &g.join_policy
-            {
-                payload["joinPolicy"] = j.clone().into();
-            }
-            if payload.as_object().is_some_and(|o| o.len() == 1) {
-                return Ok((info(&l.group), Effects::default()));
-            }
-            let tip = self
-                .tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
-                .await?;
-            let v = value(&tip.payload);
-            let g = &mut l.group;
-            if let Some(n) = v["name"].as_str() {
-                g.name = n.to_string();
-            }
-            if p.notice.is_some() {
-                g.notice = v["notice"].as_str().unwrap_or_default().to_string();
-            }
-            if let Some(a) = v["avatar"].as_str() {
-                g.avatar = a.to_string();
-            }
-            if let Some(m) = p.mute_all {
-                g.mute_all = m;
-            }
-            if let Some(j) = policy {
-                g.join_policy = j.clone();
-            }
-            q::save_group(&mut tx, g, now).await?;
-            let recipients = self.tip_recipients(&mut tx, id, &[]).await?;
-            tx.commit().await.map_err(committing)?;
-            let fx = Effects {
-                tips: vec![(tip, recipients)],
+                // Only what changes goes into the tip; a patch that changes nothing makes none.
+                let g = &l.group;
+                let mut payload = json!({ "operatorId": actor });
+                for (k, v, now_is) in [
+                    ("name", &p.name, &g.name),
+                    ("notice", &p.notice, &g.notice),
+                    ("avatar", &p.avatar, &g.avatar),
+                ] {
+                    if let Some(v) = v
+                        && v.trim() != now_is
+                    {
+                        payload[k] = v.clone().into();
+                    }
+                }
+                if let Some(m) = p.mute_all
+                    && m != g.mute_all
+                {
+                    payload["muteAll"] = m.into();
+                }
+                if let Some(j) = policy
+                    && j != &g.join_policy
+                {
+                    payload["joinPolicy"] = j.clone().into();
+                }
+                if payload.as_object().is_some_and(|o| o.len() == 1) {
+                    return Ok((info(&l.group), c));
+                }
+                let tip = self
+                    .tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)
+                    .await?;
+                let v = value(&tip.payload);
+                let g = &mut l.group;
+                if let Some(n) = v["name"].as_str() {
+                    g.name = n.to_string();
+                }
+                if p.notice.is_some() {
+                    g.notice = v["notice"].as_str().unwrap_or_default().to_string();
+                }
+                if let Some(a) = v["avatar"].as_str() {
+                    g.avatar = a.to_string();
+                }
+                if let Some(m) = p.mute_all {
+                    g.mute_all = m;
+                }
+                if let Some(j) = policy {
+                    g.join_policy = j.clone();
+                }
+                q::save_group(&mut c.tx, g, now).await?;
+                let recipients = self.tip_recipients(&mut c.tx, id, &[]).await?;
+                c.fx.tips = vec![(tip, recipients)];
                 // Live sends cache the group's mute-all with its members.
-                members_changed: Some(id),
-                ..Effects::default()
-            };
-            Ok((info(&l.group), fx))
+                c.fx.members_changed = Some(id);
+                Ok((info(&l.group), c))
+            })
         })
         .await
     }
 
     /// Adds users (or one user joining by themselves when `actor` is in `users`).
-    #[allow(clippy::too_many_arguments)]
     async fn admit(
         &self,
-        tx: &mut AnyConnection,
+        c: &mut Change,
         l: &mut Locked,
-        w: &mut StreamWriter,
         operator: &str,
         users: &[String],
         event: &str,
-        now: i64,
     ) -> Result<Option<std::sync::Arc<crate::store::batch::Stored>>, OpError> {
-        let d = self.store.dialect();
+        let now = c.now;
         if l.group.member_count + users.len() as i64 > i64::from(self.settings.max_group_members) {
             return Err(Error::new(
                 Code::GroupFull,
@@ -414,15 +400,15 @@ impl Core {
         // Channels announce no subscriptions.
         let payload = json!({ "operatorId": operator, "event": event, "userIds": users });
         let tip = self
-            .group_tip(tx, l, GROUP_UPDATE, operator, payload, now)
+            .group_tip(&mut c.tx, l, GROUP_UPDATE, operator, payload, now)
             .await?;
         // The new members see the tip of their own arrival.
         let after = l.head.last_seq - i64::from(tip.is_some());
         let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-        w.lock(d, tx, &refs).await?;
+        c.lock_streams(&refs).await?;
         for user in users {
-            q::open_membership(tx, &l.head, user, after, Role::Member, now).await?;
-            w.append(
+            q::open_membership(&mut c.tx, &l.head, user, after, Role::Member, now).await?;
+            c.streams.append(
                 user,
                 "group.joined",
                 None,
@@ -435,31 +421,25 @@ impl Core {
             );
         }
         l.group.member_count += users.len() as i64;
-        q::save_group(tx, &mut l.group, now).await?;
+        q::save_group(&mut c.tx, &mut l.group, now).await?;
         Ok(tip)
     }
 
     /// One user joins (by themselves, or approved by `operator`): the `joined` tip.
-    #[allow(clippy::too_many_arguments)]
     async fn admit_one(
         &self,
-        tx: &mut AnyConnection,
+        c: &mut Change,
         l: &mut Locked,
-        w: &mut StreamWriter,
-        fx: &mut Effects,
         operator: &str,
         user: &str,
-        now: i64,
     ) -> Result<(), OpError> {
         let users = [user.to_string()];
-        if let Some(tip) = self
-            .admit(tx, l, w, operator, &users, "joined", now)
-            .await?
-        {
+        if let Some(tip) = self.admit(c, l, operator, &users, "joined").await? {
             let id = l.head.conversation_id;
-            fx.tips.push((tip, self.tip_recipients(tx, id, &[]).await?));
+            let recipients = self.tip_recipients(&mut c.tx, id, &[]).await?;
+            c.fx.tips.push((tip, recipients));
         }
-        fx.members_changed = Some(l.head.conversation_id);
+        c.fx.members_changed = Some(l.head.conversation_id);
         Ok(())
     }
 
@@ -478,67 +458,64 @@ impl Core {
             )));
         }
         let users = &users;
-        self.change(|| async move {
-            let now = now_ms();
-            let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            let may = l.me.role >= Role::Admin
-                || (l.head.conversation_type == 2 && l.group.join_policy != "approval");
-            if !may {
-                return Err(denied("only the owner and admins add members here"));
-            }
-            let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-            let rows = q::members_in(d, &mut tx, id, &refs).await?;
-            let mut new: Vec<String> = Vec::new();
-            for u in users {
-                if rows.get(u).is_some_and(Member::is_current) || new.contains(u) {
-                    continue;
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let d = self.store.dialect();
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let may = l.me.role >= Role::Admin
+                    || (l.head.conversation_type == 2 && l.group.join_policy != "approval");
+                if !may {
+                    return Err(denied("only the owner and admins add members here"));
                 }
-                if !user_exists(&mut tx, u).await? {
-                    return Err(Refused::UserNotFound(u.clone()).into());
+                let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+                let rows = q::members_in(d, &mut c.tx, id, &refs).await?;
+                let mut new: Vec<String> = Vec::new();
+                for u in users {
+                    if rows.get(u).is_some_and(Member::is_current) || new.contains(u) {
+                        continue;
+                    }
+                    if !user_exists(&mut c.tx, u).await? {
+                        return Err(Refused::UserNotFound(u.clone()).into());
+                    }
+                    new.push(u.clone());
                 }
-                new.push(u.clone());
-            }
-            if new.is_empty() {
-                return Err(
-                    Error::new(Code::AlreadyMember, "everyone named is a member already").into(),
-                );
-            }
-            // Every stream this change may write to, locked at once in user order.
-            let mut w = StreamWriter::new(now);
-            let mut affected: Vec<String> = self.admins(&mut tx, id).await?;
-            affected.extend(new.iter().cloned());
-            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
-            w.lock(d, &mut tx, &refs).await?;
-            let tip = self
-                .admit(&mut tx, &mut l, &mut w, actor, &new, "membersAdded", now)
-                .await?;
-            // An owner or admin adding someone who asked to join answers their request.
-            for u in &new {
-                if l.me.role < Role::Admin {
-                    break;
+                if new.is_empty() {
+                    return Err(Error::new(
+                        Code::AlreadyMember,
+                        "everyone named is a member already",
+                    )
+                    .into());
                 }
-                if let Some(r) = q::join_request(&mut tx, id, u).await?
-                    && r.state == 0
-                {
-                    let r = q::JoinRequest { state: 1, ..r };
-                    q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
-                    self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
-                        .await?;
+                // Every stream this change may write to, locked at once in user order.
+                let mut affected: Vec<String> = self.admins(&mut c.tx, id).await?;
+                affected.extend(new.iter().cloned());
+                let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+                c.lock_streams(&refs).await?;
+                let tip = self
+                    .admit(&mut c, &mut l, actor, &new, "membersAdded")
+                    .await?;
+                // An owner or admin adding someone who asked to join answers their request.
+                for u in &new {
+                    if l.me.role < Role::Admin {
+                        break;
+                    }
+                    if let Some(r) = q::join_request(&mut c.tx, id, u).await?
+                        && r.state == 0
+                    {
+                        let r = q::JoinRequest { state: 1, ..r };
+                        q::save_join_request(&mut c.tx, id, &r, Some(actor), now).await?;
+                        self.join_request_events(&mut c, &l, &r, Some(actor))
+                            .await?;
+                    }
                 }
-            }
-            let mut fx = Effects {
-                members_changed: Some(id),
-                ..Effects::default()
-            };
-            if let Some(tip) = tip {
-                fx.tips
-                    .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
-            }
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok((new, fx))
+                c.fx.members_changed = Some(id);
+                if let Some(tip) = tip {
+                    c.fx.tips
+                        .push((tip, self.tip_recipients(&mut c.tx, id, &[]).await?));
+                }
+                Ok((new, c))
+            })
         })
         .await
     }
@@ -557,165 +534,155 @@ impl Core {
             return Err(Error::bad_request("you cannot kick yourself: quit instead"));
         }
         let (users, reason) = (&users, &reason);
-        self.change(|| async move {
-            let now = now_ms();
-            let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            if l.me.role < Role::Admin {
-                return Err(denied("only the owner and admins kick"));
-            }
-            let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-            let rows = q::members_in(d, &mut tx, id, &refs).await?;
-            let mut kicked: Vec<String> = Vec::new();
-            for u in users {
-                let Some(m) = rows.get(u).filter(|m| m.is_current()) else {
-                    return Err(
-                        Error::new(Code::TargetNotMember, format!("{u} is not a member")).into(),
-                    );
-                };
-                if m.role >= l.me.role {
-                    return Err(denied(
-                        "admins kick ordinary members only; nobody kicks the owner",
-                    ));
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let d = self.store.dialect();
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                if l.me.role < Role::Admin {
+                    return Err(denied("only the owner and admins kick"));
                 }
-                if !kicked.contains(u) {
-                    kicked.push(u.clone());
+                let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+                let rows = q::members_in(d, &mut c.tx, id, &refs).await?;
+                let mut kicked: Vec<String> = Vec::new();
+                for u in users {
+                    let Some(m) = rows.get(u).filter(|m| m.is_current()) else {
+                        return Err(Error::new(
+                            Code::TargetNotMember,
+                            format!("{u} is not a member"),
+                        )
+                        .into());
+                    };
+                    if m.role >= l.me.role {
+                        return Err(denied(
+                            "admins kick ordinary members only; nobody kicks the owner",
+                        ));
+                    }
+                    if !kicked.contains(u) {
+                        kicked.push(u.clone());
+                    }
                 }
-            }
-            let mut payload = json!({ "operatorId": actor, "kickedUserIds": kicked });
-            if !reason.is_empty() {
-                payload["reason"] = reason.clone().into();
-            }
-            let tip = self
-                .group_tip(&mut tx, &mut l, GROUP_KICK, actor, payload, now)
-                .await?;
-            let mut w = StreamWriter::new(now);
-            w.lock(d, &mut tx, &refs).await?;
-            for u in &kicked {
-                q::close_membership(&mut tx, id, u, l.head.last_seq, MemberState::Kicked).await?;
-                w.append(u, "group.kicked", None, &json!({
+                let mut payload = json!({ "operatorId": actor, "kickedUserIds": kicked });
+                if !reason.is_empty() {
+                    payload["reason"] = reason.clone().into();
+                }
+                let tip = self
+                    .group_tip(&mut c.tx, &mut l, GROUP_KICK, actor, payload, now)
+                    .await?;
+                c.lock_streams(&refs).await?;
+                for u in &kicked {
+                    q::close_membership(&mut c.tx, id, u, l.head.last_seq, MemberState::Kicked)
+                        .await?;
+                    c.streams.append(u, "group.kicked", None, &json!({
                     "conversationId": id, "conversationType": l.head.conversation_type, "by": actor,
                 }));
-            }
-            l.group.member_count -= kicked.len() as i64;
-            q::save_group(&mut tx, &mut l.group, now).await?;
-            let mut fx = Effects {
-                members_changed: Some(id),
-                ..Effects::default()
-            };
-            if let Some(tip) = tip {
-                fx.tips
-                    .push((tip, self.tip_recipients(&mut tx, id, &kicked).await?));
-            }
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok((kicked, fx))
+                }
+                l.group.member_count -= kicked.len() as i64;
+                q::save_group(&mut c.tx, &mut l.group, now).await?;
+                c.fx.members_changed = Some(id);
+                if let Some(tip) = tip {
+                    c.fx.tips
+                        .push((tip, self.tip_recipients(&mut c.tx, id, &kicked).await?));
+                }
+                Ok((kicked, c))
+            })
         })
         .await
     }
 
     pub async fn quit(&self, actor: &str, id: i64) -> Result<(), Error> {
-        self.change(|| async move {
-            let now = now_ms();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            if l.me.role == Role::Owner {
-                return Err(Error::new(
-                    Code::OwnerCannotQuit,
-                    "the owner transfers the group or dissolves it",
-                )
-                .into());
-            }
-            let payload = json!({ "operatorId": actor, "event": "left", "userIds": [actor] });
-            let tip = self
-                .group_tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
-                .await?;
-            let mut w = StreamWriter::new(now);
-            w.lock(self.store.dialect(), &mut tx, &[actor]).await?;
-            q::close_membership(&mut tx, id, actor, l.head.last_seq, MemberState::Left).await?;
-            w.append(
-                actor,
-                "group.left",
-                None,
-                &json!({
-                    "conversationId": id, "conversationType": l.head.conversation_type,
-                }),
-            );
-            l.group.member_count -= 1;
-            q::save_group(&mut tx, &mut l.group, now).await?;
-            let mut fx = Effects {
-                members_changed: Some(id),
-                ..Effects::default()
-            };
-            if let Some(tip) = tip {
-                fx.tips.push((
-                    tip,
-                    self.tip_recipients(&mut tx, id, &[actor.to_string()])
-                        .await?,
-                ));
-            }
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok(((), fx))
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                if l.me.role == Role::Owner {
+                    return Err(Error::new(
+                        Code::OwnerCannotQuit,
+                        "the owner transfers the group or dissolves it",
+                    )
+                    .into());
+                }
+                let payload = json!({ "operatorId": actor, "event": "left", "userIds": [actor] });
+                let tip = self
+                    .group_tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)
+                    .await?;
+                c.lock_streams(&[actor]).await?;
+                q::close_membership(&mut c.tx, id, actor, l.head.last_seq, MemberState::Left)
+                    .await?;
+                c.streams.append(
+                    actor,
+                    "group.left",
+                    None,
+                    &json!({
+                        "conversationId": id, "conversationType": l.head.conversation_type,
+                    }),
+                );
+                l.group.member_count -= 1;
+                q::save_group(&mut c.tx, &mut l.group, now).await?;
+                c.fx.members_changed = Some(id);
+                if let Some(tip) = tip {
+                    c.fx.tips.push((
+                        tip,
+                        self.tip_recipients(&mut c.tx, id, &[actor.to_string()])
+                            .await?,
+                    ));
+                }
+                Ok(((), c))
+            })
         })
         .await
     }
 
     pub async fn dissolve(&self, actor: &str, id: i64) -> Result<(), Error> {
-        self.change(|| async move {
-            let now = now_ms();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            if l.me.role != Role::Owner {
-                return Err(denied("only the owner dissolves"));
-            }
-            let members: Vec<String> = q::current_in(&mut tx, id)
-                .await?
-                .into_iter()
-                .map(|(u, _)| u)
-                .collect();
-            let payload = json!({ "operatorId": actor, "event": "dissolved" });
-            let tip = self
-                .tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
-                .await?;
-            // Pending join requests are answered: rejected, with the group.
-            let pending = q::pending_join_requests_in(&mut tx, id).await?;
-            let mut refs: Vec<&str> = members.iter().map(String::as_str).collect();
-            refs.extend(pending.iter().map(|r| r.user_id.as_str()));
-            let mut w = StreamWriter::new(now);
-            w.lock(self.store.dialect(), &mut tx, &refs).await?;
-            for r in pending {
-                let r = q::JoinRequest { state: 2, ..r };
-                q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
-                w.append(
-                    &r.user_id,
-                    "group.joinRequest",
-                    None,
-                    &json!({
-                        "conversationId": id, "conversationType": l.head.conversation_type,
-                        "requestId": r.request_id, "userId": r.user_id, "message": r.message,
-                        "state": r.state_str(), "by": actor,
-                    }),
-                );
-            }
-            for u in &members {
-                q::close_membership(&mut tx, id, u, l.head.last_seq, MemberState::Dissolved)
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                if l.me.role != Role::Owner {
+                    return Err(denied("only the owner dissolves"));
+                }
+                let members: Vec<String> = q::current_in(&mut c.tx, id)
+                    .await?
+                    .into_iter()
+                    .map(|(u, _)| u)
+                    .collect();
+                let payload = json!({ "operatorId": actor, "event": "dissolved" });
+                let tip = self
+                    .tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)
                     .await?;
-                w.append(u, "group.dissolved", None, &json!({
+                // Pending join requests are answered: rejected, with the group.
+                let pending = q::pending_join_requests_in(&mut c.tx, id).await?;
+                let mut refs: Vec<&str> = members.iter().map(String::as_str).collect();
+                refs.extend(pending.iter().map(|r| r.user_id.as_str()));
+                c.lock_streams(&refs).await?;
+                for r in pending {
+                    let r = q::JoinRequest { state: 2, ..r };
+                    q::save_join_request(&mut c.tx, id, &r, Some(actor), now).await?;
+                    c.streams.append(
+                        &r.user_id,
+                        "group.joinRequest",
+                        None,
+                        &json!({
+                            "conversationId": id, "conversationType": l.head.conversation_type,
+                            "requestId": r.request_id, "userId": r.user_id, "message": r.message,
+                            "state": r.state_str(), "by": actor,
+                        }),
+                    );
+                }
+                for u in &members {
+                    q::close_membership(&mut c.tx, id, u, l.head.last_seq, MemberState::Dissolved)
+                        .await?;
+                    c.streams.append(u, "group.dissolved", None, &json!({
                     "conversationId": id, "conversationType": l.head.conversation_type, "by": actor,
                 }));
-            }
-            l.group.dissolved = true;
-            l.group.member_count = 0;
-            q::save_group(&mut tx, &mut l.group, now).await?;
-            let fx = Effects {
-                tips: vec![(tip, members)],
-                events: w.finish(self.store.dialect(), &mut tx).await?,
-                members_changed: Some(id),
-            };
-            tx.commit().await.map_err(committing)?;
-            Ok(((), fx))
+                }
+                l.group.dissolved = true;
+                l.group.member_count = 0;
+                q::save_group(&mut c.tx, &mut l.group, now).await?;
+                c.fx.tips = vec![(tip, members)];
+                c.fx.members_changed = Some(id);
+                Ok(((), c))
+            })
         })
         .await
     }
@@ -731,66 +698,61 @@ impl Core {
         if user == actor {
             return Err(Error::bad_request("that is you"));
         }
-        self.change(|| async move {
-            let now = now_ms();
-            let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            if l.me.role != Role::Owner {
-                return Err(denied("only the owner changes roles"));
-            }
-            let target = q::members_in(d, &mut tx, id, &[user])
-                .await?
-                .remove(user)
-                .filter(Member::is_current)
-                .ok_or_else(|| {
-                    Error::new(Code::TargetNotMember, format!("{user} is not a member"))
-                })?;
-            let event = match role {
-                Role::Owner => "ownerChanged",
-                Role::Admin => "adminAdded",
-                Role::Member => "adminRemoved",
-            };
-            let mut w = StreamWriter::new(now);
-            let mut fx = Effects {
-                members_changed: Some(id),
-                ..Effects::default()
-            };
-            if target.role != role {
-                let payload = json!({ "operatorId": actor, "event": event, "userIds": [user] });
-                let tip = self
-                    .tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
-                    .await?;
-                q::set_role(&mut tx, id, user, role).await?;
-                let mut changed = vec![(user, role)];
-                if role == Role::Owner {
-                    q::set_role(&mut tx, id, actor, Role::Member).await?;
-                    l.group.owner_id = user.to_string();
-                    changed.push((actor, Role::Member));
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let d = self.store.dialect();
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                if l.me.role != Role::Owner {
+                    return Err(denied("only the owner changes roles"));
                 }
-                q::save_group(&mut tx, &mut l.group, now).await?;
-                w.lock(d, &mut tx, &[actor, user]).await?;
-                for (u, r) in changed {
-                    w.append(
-                        u,
-                        "group.role",
-                        None,
-                        &json!({
-                            "conversationId": id, "conversationType": l.head.conversation_type,
-                            "role": r.as_str(), "by": actor,
-                        }),
-                    );
+                let target = q::members_in(d, &mut c.tx, id, &[user])
+                    .await?
+                    .remove(user)
+                    .filter(Member::is_current)
+                    .ok_or_else(|| {
+                        Error::new(Code::TargetNotMember, format!("{user} is not a member"))
+                    })?;
+                let event = match role {
+                    Role::Owner => "ownerChanged",
+                    Role::Admin => "adminAdded",
+                    Role::Member => "adminRemoved",
+                };
+                c.fx.members_changed = Some(id);
+                if target.role != role {
+                    let payload = json!({ "operatorId": actor, "event": event, "userIds": [user] });
+                    let tip = self
+                        .tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)
+                        .await?;
+                    q::set_role(&mut c.tx, id, user, role).await?;
+                    let mut changed = vec![(user, role)];
+                    if role == Role::Owner {
+                        q::set_role(&mut c.tx, id, actor, Role::Member).await?;
+                        l.group.owner_id = user.to_string();
+                        changed.push((actor, Role::Member));
+                    }
+                    q::save_group(&mut c.tx, &mut l.group, now).await?;
+                    c.lock_streams(&[actor, user]).await?;
+                    for (u, r) in changed {
+                        c.streams.append(
+                            u,
+                            "group.role",
+                            None,
+                            &json!({
+                                "conversationId": id, "conversationType": l.head.conversation_type,
+                                "role": r.as_str(), "by": actor,
+                            }),
+                        );
+                    }
+                    c.fx.tips
+                        .push((tip, self.tip_recipients(&mut c.tx, id, &[]).await?));
                 }
-                fx.tips
-                    .push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
-            }
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            let answer = match role {
-                Role::Owner => info(&l.group),
-                _ => json!({ "userId": user, "role": role.as_str() }),
-            };
-            Ok((answer, fx))
+                let answer = match role {
+                    Role::Owner => info(&l.group),
+                    _ => json!({ "userId": user, "role": role.as_str() }),
+                };
+                Ok((answer, c))
+            })
         })
         .await
     }
@@ -819,15 +781,14 @@ impl Core {
                 "until is a time in ms in the future, or 0 to unmute",
             ));
         }
-        self.change(|| async move {
-            let now = now_ms();
+        self.change(|mut c| Box::pin(async move {
+            let now = c.now;
             let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
+            let mut l = self.lock_group(&mut c.tx, id, actor).await?;
             if l.me.role < Role::Admin {
                 return Err(denied("only the owner and admins mute"));
             }
-            let target = q::members_in(d, &mut tx, id, &[user])
+            let target = q::members_in(d, &mut c.tx, id, &[user])
                 .await?
                 .remove(user)
                 .filter(Member::is_current)
@@ -837,7 +798,7 @@ impl Core {
             }
             // Unmuting someone not muted (or muting to the same time) changes nothing.
             if until == target.muted_until || (until == 0 && target.muted_until <= now) {
-                return Ok((json!({ "userId": user, "mutedUntil": until }), Effects::default()));
+                return Ok((json!({ "userId": user, "mutedUntil": until }), c));
             }
             let payload = if until > 0 {
                 json!({ "operatorId": actor, "event": "memberMuted", "userIds": [user], "mutedUntil": until })
@@ -846,27 +807,21 @@ impl Core {
             };
             // A channel's subscribers are not announced.
             let tip = self
-                .group_tip(&mut tx, &mut l, GROUP_UPDATE, actor, payload, now)
+                .group_tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)
                 .await?;
-            q::set_muted(&mut tx, id, user, until).await?;
-            q::save_group(&mut tx, &mut l.group, now).await?;
-            let mut w = StreamWriter::new(now);
-            w.lock(d, &mut tx, &[user]).await?;
-            w.append(user, "group.muted", None, &json!({
+            q::set_muted(&mut c.tx, id, user, until).await?;
+            q::save_group(&mut c.tx, &mut l.group, now).await?;
+            c.lock_streams(&[user]).await?;
+            c.streams.append(user, "group.muted", None, &json!({
                 "conversationId": id, "conversationType": l.head.conversation_type,
                 "mutedUntil": until, "by": actor,
             }));
-            let mut fx = Effects {
-                members_changed: Some(id),
-                ..Effects::default()
-            };
+            c.fx.members_changed = Some(id);
             if let Some(tip) = tip {
-                fx.tips.push((tip, self.tip_recipients(&mut tx, id, &[]).await?));
+                c.fx.tips.push((tip, self.tip_recipients(&mut c.tx, id, &[]).await?));
             }
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok((json!({ "userId": user, "mutedUntil": until }), fx))
-        })
+            Ok((json!({ "userId": user, "mutedUntil": until }), c))
+        }))
         .await
     }
 
@@ -878,86 +833,85 @@ impl Core {
                 "message is at most 200 characters, without control characters",
             ));
         }
-        self.change(|| async move {
-            let now = now_ms();
-            let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
-            let head = lock_head(d, &mut tx, id)
-                .await?
-                .filter(|h| h.conversation_type >= 2)
-                .ok_or_else(|| group_not_found(id))?;
-            let group = q::group_in(&mut tx, id)
-                .await?
-                .ok_or_else(|| group_not_found(id))?;
-            if group.dissolved {
-                return Err(Refused::GroupDissolved(id).into());
-            }
-            let mine = q::members_in(d, &mut tx, id, &[actor]).await?.remove(actor);
-            if mine.as_ref().is_some_and(Member::is_current) {
-                return Err(Error::new(Code::AlreadyMember, "you are a member").into());
-            }
-            let me = Member {
-                user_id: actor.to_string(),
-                role: Role::Member,
-                state: MemberState::Member,
-                joined_after_seq: head.last_seq,
-                left_at_seq: None,
-                muted_until: 0,
-                joined_at: now,
-            };
-            let mut l = Locked { head, group, me };
-            let mut w = StreamWriter::new(now);
-            let mut fx = Effects::default();
-            let answer = match l.group.join_policy.as_str() {
-                "open" => {
-                    // A request from when the group needed approval is answered by the join.
-                    let pending = q::join_request(&mut tx, id, actor)
-                        .await?
-                        .filter(|r| r.state == 0);
-                    if pending.is_some() {
-                        let mut affected = self.admins(&mut tx, id).await?;
-                        affected.push(actor.to_string());
-                        let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
-                        w.lock(d, &mut tx, &refs).await?;
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let d = self.store.dialect();
+                let head = lock_head(d, &mut c.tx, id)
+                    .await?
+                    .filter(|h| h.conversation_type >= 2)
+                    .ok_or_else(|| group_not_found(id))?;
+                let group = q::group_in(&mut c.tx, id)
+                    .await?
+                    .ok_or_else(|| group_not_found(id))?;
+                if group.dissolved {
+                    return Err(Refused::GroupDissolved(id).into());
+                }
+                let mine = q::members_in(d, &mut c.tx, id, &[actor])
+                    .await?
+                    .remove(actor);
+                if mine.as_ref().is_some_and(Member::is_current) {
+                    return Err(Error::new(Code::AlreadyMember, "you are a member").into());
+                }
+                let me = Member {
+                    user_id: actor.to_string(),
+                    role: Role::Member,
+                    state: MemberState::Member,
+                    joined_after_seq: head.last_seq,
+                    left_at_seq: None,
+                    muted_until: 0,
+                    joined_at: now,
+                };
+                let mut l = Locked { head, group, me };
+                let answer = match l.group.join_policy.as_str() {
+                    "open" => {
+                        // A request from when the group needed approval is answered by the join.
+                        let pending = q::join_request(&mut c.tx, id, actor)
+                            .await?
+                            .filter(|r| r.state == 0);
+                        if pending.is_some() {
+                            let mut affected = self.admins(&mut c.tx, id).await?;
+                            affected.push(actor.to_string());
+                            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+                            c.lock_streams(&refs).await?;
+                        }
+                        self.admit_one(&mut c, &mut l, actor, actor).await?;
+                        if let Some(r) = pending {
+                            let r = q::JoinRequest { state: 1, ..r };
+                            q::save_join_request(&mut c.tx, id, &r, Some(actor), now).await?;
+                            self.join_request_events(&mut c, &l, &r, Some(actor))
+                                .await?;
+                        }
+                        json!({ "state": "joined" })
                     }
-                    self.admit_one(&mut tx, &mut l, &mut w, &mut fx, actor, actor, now)
-                        .await?;
-                    if let Some(r) = pending {
-                        let r = q::JoinRequest { state: 1, ..r };
-                        q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
-                        self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
-                            .await?;
+                    "approval" => {
+                        let request = match q::join_request(&mut c.tx, id, actor).await? {
+                            Some(r) if r.state == 0 => q::JoinRequest {
+                                message: message.to_string(),
+                                ..r
+                            },
+                            _ => q::JoinRequest {
+                                request_id: self.ids.next(now).to_string(),
+                                user_id: actor.to_string(),
+                                message: message.to_string(),
+                                state: 0,
+                                created_at: now,
+                            },
+                        };
+                        q::save_join_request(&mut c.tx, id, &request, None, now).await?;
+                        self.join_request_events(&mut c, &l, &request, None).await?;
+                        json!({ "state": "pending", "requestId": request.request_id })
                     }
-                    json!({ "state": "joined" })
-                }
-                "approval" => {
-                    let request = match q::join_request(&mut tx, id, actor).await? {
-                        Some(r) if r.state == 0 => q::JoinRequest {
-                            message: message.to_string(),
-                            ..r
-                        },
-                        _ => q::JoinRequest {
-                            request_id: self.ids.next(now).to_string(),
-                            user_id: actor.to_string(),
-                            message: message.to_string(),
-                            state: 0,
-                            created_at: now,
-                        },
-                    };
-                    q::save_join_request(&mut tx, id, &request, None, now).await?;
-                    self.join_request_events(&mut tx, &mut w, &l, &request, None)
-                        .await?;
-                    json!({ "state": "pending", "requestId": request.request_id })
-                }
-                _ => {
-                    return Err(
-                        Error::new(Code::JoinClosed, "members of this group are invited").into(),
-                    );
-                }
-            };
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok((answer, fx))
+                    _ => {
+                        return Err(Error::new(
+                            Code::JoinClosed,
+                            "members of this group are invited",
+                        )
+                        .into());
+                    }
+                };
+                Ok((answer, c))
+            })
         })
         .await
     }
@@ -975,17 +929,16 @@ impl Core {
     /// `group.joinRequest` to the requester, the owner and the admins.
     async fn join_request_events(
         &self,
-        tx: &mut AnyConnection,
-        w: &mut StreamWriter,
+        c: &mut Change,
         l: &Locked,
         r: &q::JoinRequest,
         by: Option<&str>,
     ) -> Result<(), OpError> {
-        let mut to = self.admins(tx, l.head.conversation_id).await?;
+        let mut to = self.admins(&mut c.tx, l.head.conversation_id).await?;
         to.push(r.user_id.clone());
         let unique: HashSet<&str> = to.iter().map(String::as_str).collect();
         let refs: Vec<&str> = unique.into_iter().collect();
-        w.lock(self.store.dialect(), tx, &refs).await?;
+        c.lock_streams(&refs).await?;
         let mut data = json!({
             "conversationId": l.head.conversation_id,
             "conversationType": l.head.conversation_type,
@@ -998,7 +951,7 @@ impl Core {
             data["by"] = by.into();
         }
         for u in refs {
-            w.append(u, "group.joinRequest", None, &data);
+            c.streams.append(u, "group.joinRequest", None, &data);
         }
         Ok(())
     }
@@ -1011,52 +964,48 @@ impl Core {
         user: &str,
         approve: bool,
     ) -> Result<Value, Error> {
-        self.change(|| async move {
-            let now = now_ms();
-            let d = self.store.dialect();
-            let mut tx = self.store.write().begin().await?;
-            let mut l = self.lock_group(&mut tx, id, actor).await?;
-            if l.me.role < Role::Admin {
-                return Err(denied("only the owner and admins decide join requests"));
-            }
-            let r = q::join_request(&mut tx, id, user).await?.ok_or_else(|| {
-                Error::new(Code::RequestNotFound, format!("{user} did not ask to join"))
-            })?;
-            if r.state != 0 {
-                return Err(Error::new(
-                    Code::RequestNotPending,
-                    format!("the request was already {}", r.state_str()),
-                )
-                .into());
-            }
-            let r = q::JoinRequest {
-                state: if approve { 1 } else { 2 },
-                ..r
-            };
-            q::save_join_request(&mut tx, id, &r, Some(actor), now).await?;
-            // Every stream this change may write to, locked at once in user order.
-            let mut w = StreamWriter::new(now);
-            let mut affected: Vec<String> = self.admins(&mut tx, id).await?;
-            affected.push(user.to_string());
-            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
-            w.lock(d, &mut tx, &refs).await?;
-            let mut fx = Effects::default();
-            let already = q::members_in(d, &mut tx, id, &[user])
-                .await?
-                .remove(user)
-                .is_some_and(|m| m.is_current());
-            if approve && !already {
-                self.admit_one(&mut tx, &mut l, &mut w, &mut fx, actor, user, now)
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                let d = self.store.dialect();
+                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                if l.me.role < Role::Admin {
+                    return Err(denied("only the owner and admins decide join requests"));
+                }
+                let r = q::join_request(&mut c.tx, id, user).await?.ok_or_else(|| {
+                    Error::new(Code::RequestNotFound, format!("{user} did not ask to join"))
+                })?;
+                if r.state != 0 {
+                    return Err(Error::new(
+                        Code::RequestNotPending,
+                        format!("the request was already {}", r.state_str()),
+                    )
+                    .into());
+                }
+                let r = q::JoinRequest {
+                    state: if approve { 1 } else { 2 },
+                    ..r
+                };
+                q::save_join_request(&mut c.tx, id, &r, Some(actor), now).await?;
+                // Every stream this change may write to, locked at once in user order.
+                let mut affected: Vec<String> = self.admins(&mut c.tx, id).await?;
+                affected.push(user.to_string());
+                let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+                c.lock_streams(&refs).await?;
+                let already = q::members_in(d, &mut c.tx, id, &[user])
+                    .await?
+                    .remove(user)
+                    .is_some_and(|m| m.is_current());
+                if approve && !already {
+                    self.admit_one(&mut c, &mut l, actor, user).await?;
+                }
+                self.join_request_events(&mut c, &l, &r, Some(actor))
                     .await?;
-            }
-            self.join_request_events(&mut tx, &mut w, &l, &r, Some(actor))
-                .await?;
-            fx.events = w.finish(self.store.dialect(), &mut tx).await?;
-            tx.commit().await.map_err(committing)?;
-            Ok((
-                json!({ "requestId": r.request_id, "state": r.state_str() }),
-                fx,
-            ))
+                Ok((
+                    json!({ "requestId": r.request_id, "state": r.state_str() }),
+                    c,
+                ))
+            })
         })
         .await
     }

@@ -13,18 +13,23 @@ mod groups;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use serde_json::Value;
 
 pub use accounts::deleted_answer;
 pub use friends::Decision;
 pub use groups::{GroupPatch, NewGroup, info as groups_info};
 
+use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::plugins::{Delivery, SendContext, SenderKind};
 use crate::protocol::Error;
 use crate::protocol::UserEvent;
 use crate::protocol::frames;
-use crate::store::batch::{BatchError, Stored};
+use crate::store::Dialect;
+use crate::store::batch::{BatchError, Stored, committing};
+use crate::store::stream::StreamWriter;
 
 /// Why a change did not commit: refused by a rule, or the database.
 pub(crate) enum OpError {
@@ -69,16 +74,57 @@ pub(crate) struct Effects {
 /// Attempts of a change that met a concurrent writer.
 const RETRIES: u32 = 5;
 
+/// A change in progress: its transaction, the user streams it writes to, and what it
+/// publishes once committed.
+pub(crate) struct Change {
+    pub tx: sqlx::Transaction<'static, sqlx::Any>,
+    pub streams: StreamWriter,
+    pub fx: Effects,
+    /// The change's time (its rows', tips' and events').
+    pub now: i64,
+    dialect: Dialect,
+}
+
+impl Change {
+    /// Locks the user-stream heads of `users` (after the conversation head, if any).
+    pub async fn lock_streams(&mut self, users: &[&str]) -> sqlx::Result<()> {
+        self.streams.lock(self.dialect, &mut self.tx, users).await
+    }
+
+    /// Writes the events and commits.
+    async fn commit(mut self) -> Result<Effects, OpError> {
+        self.fx.events = self.streams.finish(self.dialect, &mut self.tx).await?;
+        self.tx.commit().await.map_err(committing)?;
+        Ok(self.fx)
+    }
+}
+
 impl Core {
-    /// Runs a change until it commits or is refused, then pushes its effects.
-    pub(crate) async fn change<T, F, Fut>(&self, mut once: F) -> Result<T, Error>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<(T, Effects), OpError>>,
-    {
+    /// Every social change: begin → the body (lock the conversation head, then the user
+    /// streams; check the rules; write the state, the tips and the user events) → write
+    /// the events → commit → publish. Runs again when it lost a race with another writer,
+    /// or when its connection broke before `COMMIT`.
+    /// The body gets the change and hands it back with its value; an error drops it (the
+    /// transaction rolls back).
+    pub(crate) async fn change<'a, T>(
+        &self,
+        mut body: impl FnMut(Change) -> BoxFuture<'a, Result<(T, Change), OpError>>,
+    ) -> Result<T, Error> {
         let (mut attempt, mut broken) = (0, false);
         loop {
-            match once().await {
+            let once = async {
+                let now = now_ms();
+                let c = Change {
+                    tx: self.store.write().begin().await?,
+                    streams: StreamWriter::new(now),
+                    fx: Effects::default(),
+                    now,
+                    dialect: self.store.dialect(),
+                };
+                let (value, c) = body(c).await?;
+                Ok::<_, OpError>((value, c.commit().await?))
+            };
+            match once.await {
                 Ok((value, effects)) => {
                     self.publish(effects);
                     return Ok(value);

@@ -309,7 +309,7 @@ pub async fn join_requests(
                 "requestId": r.request_id,
                 "userId": r.user_id,
                 "message": r.message,
-                "state": r.state_str(),
+                "state": r.state.as_str(),
                 "createdAt": r.created_at,
             })
         })

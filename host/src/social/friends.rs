@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Change, OpError, value};
+use super::{Change, OpError, SystemKind, value};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
@@ -13,7 +13,7 @@ use crate::store::groups::{append_system, lock_head};
 use crate::store::social::{self as q, FriendRequest, RequestState};
 
 /// The friend-request kind.
-const FRIEND_REQUEST: u32 = 7;
+const FRIEND_REQUEST: SystemKind = SystemKind::FriendRequest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -81,17 +81,15 @@ impl Core {
                 updated_at: now,
             },
         };
-        let data = self.request_event(&request, "requested")?;
+        let (kind, data) = self.request_event(&request, "requested")?;
         // The plugin may normalize the message (trimmed); store what it returned.
         let request = FriendRequest {
             message: data["message"].as_str().unwrap_or("").to_string(),
             ..request
         };
         q::save_request(&mut c.tx, &request).await?;
-        c.streams
-            .append(me, "friend.request", Some(FRIEND_REQUEST), &data);
-        c.streams
-            .append(to, "friend.request", Some(FRIEND_REQUEST), &data);
+        c.streams.append(me, "friend.request", Some(kind), &data);
+        c.streams.append(to, "friend.request", Some(kind), &data);
         Ok((
             json!({ "requestId": request.request_id, "state": "pending" }),
             c,
@@ -99,7 +97,7 @@ impl Core {
     }
 
     /// The `friend-request` payload of a request in a new state, checked by its plugin.
-    fn request_event(&self, r: &FriendRequest, action: &str) -> Result<Value, Error> {
+    fn request_event(&self, r: &FriendRequest, action: &str) -> Result<(u32, Value), Error> {
         let payload = json!({
             "action": action,
             "requestId": r.request_id,
@@ -107,12 +105,8 @@ impl Core {
             "toUserId": r.to_user,
             "message": r.message,
         });
-        Ok(value(&self.system_payload(
-            FRIEND_REQUEST,
-            0,
-            0,
-            &payload,
-        )?))
+        let (kind, checked) = self.system_payload(FRIEND_REQUEST, 0, 0, &payload)?;
+        Ok((kind, value(&checked)))
     }
 
     /// Accepts a pending request inside the caller's transaction: the friendship, the
@@ -132,11 +126,10 @@ impl Core {
         };
         q::save_request(tx, &request).await?;
         q::set_friends(tx, &request.from_user, &request.to_user, true, now).await?;
-        let data = self.request_event(&request, "accepted")?;
+        let (kind, data) = self.request_event(&request, "accepted")?;
         let (a, b) = (&request.from_user, &request.to_user);
         for (user, friend) in [(a, b), (b, a)] {
-            c.streams
-                .append(user, "friend.request", Some(FRIEND_REQUEST), &data);
+            c.streams.append(user, "friend.request", Some(kind), &data);
             c.streams
                 .append(user, "friend.added", None, &json!({ "userId": friend }));
         }
@@ -149,7 +142,7 @@ impl Core {
         let mut head = lock_head(d, tx, conversation)
             .await?
             .ok_or(Refused::NotAMember(conversation))?;
-        let tip = self.system_payload(
+        let (kind, tip) = self.system_payload(
             FRIEND_REQUEST,
             1,
             conversation,
@@ -160,16 +153,8 @@ impl Core {
                 "toUserId": b,
             }),
         )?;
-        let stored = append_system(
-            tx,
-            &mut head,
-            operator,
-            FRIEND_REQUEST,
-            tip,
-            self.ids.next(now),
-            now,
-        )
-        .await?;
+        let stored =
+            append_system(tx, &mut head, operator, kind, tip, self.ids.next(now), now).await?;
         c.fx.tips.push((stored, vec![a.clone(), b.clone()]));
         Ok(())
     }
@@ -237,11 +222,11 @@ impl Core {
                     ..r
                 };
                 q::save_request(&mut c.tx, &r).await?;
-                let data = self.request_event(&r, state.as_str())?;
+                let (kind, data) = self.request_event(&r, state.as_str())?;
                 c.streams
-                    .append(&r.from_user, "friend.request", Some(FRIEND_REQUEST), &data);
+                    .append(&r.from_user, "friend.request", Some(kind), &data);
                 c.streams
-                    .append(&r.to_user, "friend.request", Some(FRIEND_REQUEST), &data);
+                    .append(&r.to_user, "friend.request", Some(kind), &data);
                 state
             }
         };

@@ -24,9 +24,9 @@ pub use groups::{GroupPatch, NewGroup, info as groups_info};
 use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::plugins::{Delivery, SendContext, SenderKind};
-use crate::protocol::Error;
 use crate::protocol::UserEvent;
 use crate::protocol::frames;
+use crate::protocol::{Code, Error};
 use crate::store::Dialect;
 use crate::store::batch::{BatchError, Stored, committing};
 use crate::store::stream::StreamWriter;
@@ -174,15 +174,26 @@ impl Core {
         }
     }
 
-    /// A payload the server emits, checked by its kind's plugin as the system: the
-    /// normalized JSON. A disabled kind refuses the change (`content_type_disabled`).
+    /// A payload the server emits, checked by its kind's plugin as the system: the kind's
+    /// content type and the normalized JSON. A disabled kind refuses the change
+    /// (`content_type_disabled`); a kind no plugin provides, `content_type_unknown`.
     pub(crate) fn system_payload(
         &self,
-        content_type: u32,
+        kind: SystemKind,
         conversation_type: u8,
         conversation_id: i64,
         payload: &Value,
-    ) -> Result<String, Error> {
+    ) -> Result<(u32, String), Error> {
+        let content_type = self
+            .registry
+            .by_name(kind.name())
+            .map(|p| p.manifest.content_type)
+            .ok_or_else(|| {
+                Error::new(
+                    Code::ContentTypeUnknown,
+                    format!("no plugin named {} is loaded", kind.name()),
+                )
+            })?;
         let id = conversation_id.to_string();
         let ctx = SendContext {
             sender_id: "system",
@@ -196,7 +207,28 @@ impl Core {
         let v = tokio::task::block_in_place(|| {
             self.registry.validate(content_type, &ctx, text.as_bytes())
         })?;
-        Ok(v.payload)
+        Ok((content_type, v.payload))
+    }
+}
+
+/// The kinds only the server emits, found by their plugins' manifest names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SystemKind {
+    /// A friend request and its outcome; the "you are now friends" tip.
+    FriendRequest,
+    /// "X removed Y" in a group.
+    GroupKick,
+    /// Every other group or channel tip.
+    GroupUpdate,
+}
+
+impl SystemKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SystemKind::FriendRequest => "friend-request",
+            SystemKind::GroupKick => "group-kick",
+            SystemKind::GroupUpdate => "group-update",
+        }
     }
 }
 

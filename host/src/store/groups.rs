@@ -480,17 +480,32 @@ pub struct JoinRequest {
     pub request_id: String,
     pub user_id: String,
     pub message: String,
-    /// 0 pending, 1 approved, 2 rejected.
-    pub state: i64,
+    pub state: JoinState,
     pub created_at: i64,
 }
 
-impl JoinRequest {
-    pub fn state_str(&self) -> &'static str {
-        match self.state {
-            1 => "approved",
-            2 => "rejected",
-            _ => "pending",
+/// Where a join request stands (stored as 0, 1, 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinState {
+    Pending = 0,
+    Approved = 1,
+    Rejected = 2,
+}
+
+impl JoinState {
+    fn from_i64(v: i64) -> JoinState {
+        match v {
+            1 => JoinState::Approved,
+            2 => JoinState::Rejected,
+            _ => JoinState::Pending,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinState::Pending => "pending",
+            JoinState::Approved => "approved",
+            JoinState::Rejected => "rejected",
         }
     }
 }
@@ -517,7 +532,7 @@ fn join_request_from(r: &AnyRow) -> sqlx::Result<JoinRequest> {
         request_id: r.try_get(0)?,
         user_id: r.try_get(1)?,
         message: r.try_get(2)?,
-        state: r.try_get(3)?,
+        state: JoinState::from_i64(r.try_get(3)?),
         created_at: r.try_get(4)?,
     })
 }
@@ -540,7 +555,7 @@ pub async fn save_join_request(
     .bind(r.user_id.as_str())
     .bind(r.request_id.as_str())
     .bind(r.message.as_str())
-    .bind(r.state)
+    .bind(r.state as i64)
     .bind(decided_by)
     .bind(r.created_at)
     .bind(now)

@@ -242,7 +242,7 @@ async fn known_user(s: &AppState, user: &str) -> Result<bool, Error> {
         .is_deleted(user)
         .await
         .map_err(crate::store::unavailable)?
-        .ok_or_else(|| crate::store::batch::Refused::UserNotFound(user.to_string()).into())
+        .ok_or_else(|| crate::protocol::Refused::UserNotFound(user.to_string()).into())
 }
 
 /// `POST /admin/users/{userId}/revoke-all`.

@@ -8,9 +8,9 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::{AppState, Body, Code, Error, User};
+use crate::messaging::batch::Op;
 use crate::messaging::{Answer, Prepared, SendAnswer};
 use crate::protocol::frames::{SendFrame, raw};
-use crate::store::batch::Op;
 use crate::store::sync::{Direction, MessageRow, OverviewRow};
 
 type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
@@ -220,7 +220,7 @@ pub async fn one(
         .await
         .map_err(crate::store::unavailable)?
         .pop()
-        .ok_or(crate::store::batch::Refused::NotAMember(id))?;
+        .ok_or(crate::protocol::Refused::NotAMember(id))?;
     Ok(Json(overview_view(&s, row)))
 }
 
@@ -267,7 +267,7 @@ pub async fn read_positions(
             .await
             .map_err(crate::store::unavailable)?
             .filter(|m| m.is_current())
-            .ok_or(crate::store::batch::Refused::NotAMember(id))?;
+            .ok_or(crate::protocol::Refused::NotAMember(id))?;
         if m.conversation_type == 3 && me.role < crate::store::groups::Role::Admin {
             return Err(Error::new(
                 Code::PermissionDenied,

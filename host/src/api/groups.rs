@@ -6,9 +6,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{AppState, Body, Code, Error, User};
+use crate::protocol::Refused;
 use crate::social::groups_info as info;
 use crate::social::{GroupPatch, NewGroup};
-use crate::store::batch::Refused;
 use crate::store::groups::{Group, Role};
 
 type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;

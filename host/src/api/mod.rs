@@ -380,7 +380,7 @@ async fn reset_stream(
         .map_err(crate::store::unavailable)?
         .is_none()
     {
-        return Err(crate::store::batch::Refused::UserNotFound(user).into());
+        return Err(crate::protocol::Refused::UserNotFound(user).into());
     }
     let epoch = s
         .core

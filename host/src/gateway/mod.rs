@@ -25,9 +25,9 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes, error
 use crate::clock::now_ms;
 use crate::limits::{Bucket, Guard};
 use crate::messaging::Respond;
+use crate::messaging::batch::Op;
 use crate::messaging::{Core, Session};
 use crate::protocol::{Code, Error, Peer, bearer, frames};
-use crate::store::batch::Op;
 use frames::{Peek, ReadFrame, SendFrame};
 use hub::{Device, Hub};
 

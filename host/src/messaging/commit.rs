@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Settings;
+use super::batch::{BatchContext, IdGen, Op, Outcome, Target};
 use super::delivery::{Delivery, Respond};
 use super::route::{Routes, pair};
 use crate::clock::now_ms;
@@ -15,7 +16,7 @@ use crate::plugins::Delivery as Class;
 use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, SendAck};
 use crate::store::Store;
-use crate::store::batch::{BatchContext, BatchError, IdGen, Op, Outcome, RecipientCache, Target};
+use crate::store::batch::{BatchError, RecipientCache};
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
 #[derive(Debug)]
@@ -158,7 +159,7 @@ async fn commit_with_retries(
             ids,
             recipients,
         };
-        match store.commit(ops, &ctx).await {
+        match super::batch::commit(store, ops, &ctx).await {
             Err(BatchError::Conflict) if conflicts < CONFLICT_RETRIES => {
                 conflicts += 1;
                 tokio::time::sleep(Duration::from_millis(2 << conflicts)).await;

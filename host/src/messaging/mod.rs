@@ -3,9 +3,11 @@
 //! or a push to online devices (live kinds, never stored).
 
 mod accounts;
+pub mod batch;
 mod commit;
 mod delivery;
 mod route;
+mod rules;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,10 +20,12 @@ use crate::auth::{Tokens, valid_user_id};
 use crate::limits::Guards;
 use crate::plugins::{Delivery as Class, PluginRegistry, SendContext, SenderKind};
 use crate::protocol::Error;
+use crate::protocol::Refused;
 use crate::protocol::frames::{self, LiveAck, SendAck, SendFrame};
-use crate::store::batch::{IdGen, NewMessage, Op, RecipientCache, Refused, Target};
+use crate::store::batch::RecipientCache;
 use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
+use batch::{IdGen, NewMessage, Op, Target};
 use route::Routes;
 
 pub use accounts::Session;
@@ -290,30 +294,25 @@ impl Core {
         };
         let (live_members, members) = self.members_of(conversation_id).await?;
         let conversation_type = live_members.conversation_type;
-        if !members.iter().any(|m| m == sender) {
-            return Err(Refused::NotAMember(conversation_id).into());
-        }
-        // The rules of a group send hold for live kinds too.
-        if conversation_type >= 2 {
-            let (role, muted_until) = live_members.roles.get(sender).copied().unwrap_or((0, 0));
-            if muted_until > crate::clock::now_ms() || (live_members.mute_all && role < 1) {
-                return Err(Refused::Muted(conversation_id).into());
-            }
-        }
-        if live_members.blockers.iter().any(|u| u != sender) {
-            return Err(Refused::Blocked.into());
-        }
-        if let Some(alias) = &live_members.deleted {
-            return Err(Refused::UserNotFound(alias.clone()).into());
-        }
-        if conversation_type != live.conversation_type {
-            return Err(Refused::ConversationTypeMismatch {
-                conversation_id,
-                actual: conversation_type,
-                given: live.conversation_type,
-            }
-            .into());
-        }
+        // The rules of a stored send hold for live kinds too. The cache lists current
+        // members only; a group's members without a role or mute are not in `roles`.
+        let view = rules::SendView {
+            conversation_id,
+            conversation_type,
+            dissolved: false,
+            mute_all: live_members.mute_all,
+            membership: members.iter().any(|m| m == sender).then_some(None),
+            role: (conversation_type >= 2)
+                .then(|| live_members.roles.get(sender).copied().unwrap_or((0, 0))),
+            blockers: &live_members.blockers,
+            deleted: live_members.deleted.as_deref(),
+        };
+        rules::may_send(
+            &view,
+            sender,
+            live.conversation_type,
+            crate::clock::now_ms(),
+        )?;
         let frame = frames::notify_live(
             conversation_type,
             conversation_id,

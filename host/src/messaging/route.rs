@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
-pub use crate::store::batch::{Pair, pair};
+pub use crate::protocol::{Pair, pair};
 
 pub struct Routes {
     committers: usize,

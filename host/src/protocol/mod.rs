@@ -5,10 +5,12 @@
 
 mod error;
 pub mod frames;
+mod refused;
 
 use std::sync::Arc;
 
 pub use error::{Code, Error};
+pub use refused::Refused;
 
 /// A message as stored.
 #[derive(Debug, Clone)]

@@ -8,7 +8,8 @@ use super::{Change, OpError, SystemKind, value};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
-use crate::store::batch::{Refused, pair, resolve_pairs};
+use crate::protocol::{Refused, pair};
+use crate::store::batch::resolve_pairs;
 use crate::store::groups::{append_system, lock_head};
 use crate::store::social::{self as q, FriendRequest, RequestState};
 

@@ -43,8 +43,8 @@ impl From<Error> for OpError {
     }
 }
 
-impl From<crate::store::batch::Refused> for OpError {
-    fn from(r: crate::store::batch::Refused) -> OpError {
+impl From<crate::protocol::Refused> for OpError {
+    fn from(r: crate::protocol::Refused) -> OpError {
         OpError::Refused(r.into())
     }
 }

@@ -49,6 +49,11 @@ impl Store {
     /// The account of a user seen in a valid token, recording a user first seen that way
     /// (so others can message them).
     pub async fn account(&self, user_id: &str) -> sqlx::Result<AccountRow> {
+        // Every statement here is a read or an idempotent insert: safe to run twice.
+        self.read_twice(|| self.account_once(user_id)).await
+    }
+
+    async fn account_once(&self, user_id: &str) -> sqlx::Result<AccountRow> {
         let row = sqlx::query("SELECT tokens_valid_from, deleted_at FROM users WHERE user_id = $1")
             .bind(user_id)
             .fetch_optional(self.read())

@@ -65,14 +65,7 @@ impl MemberState {
     }
 }
 
-/// A conversation's head row, locked for a change.
-#[derive(Debug, Clone)]
-pub struct Head {
-    pub conversation_id: i64,
-    pub conversation_type: u8,
-    pub last_seq: i64,
-    pub unread_acc: i64,
-}
+pub use super::Head;
 
 #[derive(Debug, Clone)]
 pub struct Group {
@@ -166,6 +159,9 @@ pub async fn lock_head(
             conversation_type: r.try_get::<i64, _>(0)? as u8,
             last_seq: r.try_get(1)?,
             unread_acc: r.try_get(2)?,
+            mute_all: false,
+            dissolved: false,
+            dirty: false,
         })
     })
     .transpose()
@@ -195,6 +191,9 @@ pub async fn create_group(conn: &mut AnyConnection, g: &Group) -> sqlx::Result<H
         conversation_type: g.conversation_type,
         last_seq: 0,
         unread_acc: 0,
+        mute_all: false,
+        dissolved: false,
+        dirty: false,
     })
 }
 

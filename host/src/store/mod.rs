@@ -50,6 +50,23 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
 }
 
+/// A conversation's head row, as the transaction that holds its lock sees it: where its
+/// stream is (the last seq and the running count of counting messages up to it) and, for a
+/// group, its settings read under the lock.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub last_seq: i64,
+    /// Counting messages in seq 1..=last_seq.
+    pub unread_acc: i64,
+    /// Groups: everyone but owner and admins is muted.
+    pub mute_all: bool,
+    pub dissolved: bool,
+    /// Moved by this transaction: written back before it commits.
+    pub dirty: bool,
+}
+
 /// The database. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -288,6 +305,23 @@ impl Store {
         Db {
             pool: &self.write,
             health: &self.health,
+        }
+    }
+
+    /// Runs a read, and once more when its connection broke (the first failure puts the
+    /// pool in ping mode, so the second attempt gets a live connection). Only for reads:
+    /// a write outside a transaction may have happened.
+    pub(crate) async fn read_twice<T, F, Fut>(&self, read: F) -> sqlx::Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = sqlx::Result<T>>,
+    {
+        match read().await {
+            Err(e) if is_broken(&e) => {
+                self.health.note(&e);
+                read().await
+            }
+            other => other,
         }
     }
 

@@ -5,7 +5,8 @@ use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
 use super::Store;
-use super::batch::{Refused, Stored, pair, recalled_counting};
+use super::batch::{Stored, pair, recalled_counting};
+use crate::protocol::Refused;
 
 /// A member's view of one conversation: what seqs they may read.
 #[derive(Debug, Clone)]
@@ -176,6 +177,11 @@ impl Store {
     /// What a live send needs of a conversation: its type, its current members with
     /// their role and mute, and whether everyone is muted. `None`: nobody is a member.
     pub async fn live_members(&self, conversation_id: i64) -> sqlx::Result<Option<LiveMembers>> {
+        self.read_twice(|| self.live_members_once(conversation_id))
+            .await
+    }
+
+    async fn live_members_once(&self, conversation_id: i64) -> sqlx::Result<Option<LiveMembers>> {
         let rows = sqlx::query(
             "SELECT c.conversation_type, m.user_id, m.role, m.muted_until, COALESCE(g.mute_all, 0), \
              m.blocks_peer, m.state \
@@ -219,13 +225,18 @@ impl Store {
     /// The private conversation of two users, if it exists.
     pub async fn private_conversation(&self, a: &str, b: &str) -> sqlx::Result<Option<i64>> {
         let (lo, hi) = pair(a, b);
-        sqlx::query("SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2")
-            .bind(lo)
-            .bind(hi)
+        self.read_twice(|| async {
+            sqlx::query(
+                "SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2",
+            )
+            .bind(lo.as_str())
+            .bind(hi.as_str())
             .fetch_optional(self.read())
             .await?
             .map(|r| r.try_get(0))
             .transpose()
+        })
+        .await
     }
 
     /// Up to `limit` messages after or before a seq, ascending, within what `m` may see:
@@ -348,21 +359,26 @@ impl Store {
                 Some(_) => Some(message_from(row, 11, conversation_id, conversation_type)?),
                 None => None,
             };
-            let mut unread = end_acc.unwrap_or(0) - read_acc;
-            if unread > 0 {
+            let end_acc = end_acc.unwrap_or(0);
+            // Only a reader with something counting after its position can have recalls
+            // to subtract: the others cost no query.
+            let recalled = if end_acc > read_acc {
                 let conn = match &mut conn {
                     Some(c) => c,
                     None => conn.insert(self.read().acquire().await?),
                 };
-                unread -= recalled_counting(conn, conversation_id, read_seq, visible_end).await?;
-            }
+                recalled_counting(conn, conversation_id, read_seq, visible_end).await?
+            } else {
+                0
+            };
+            let unread = unread(end_acc, read_acc, recalled);
             out.push(OverviewRow {
                 conversation_id,
                 conversation_type,
                 peer_id,
                 last_seq: visible_end,
                 read_seq,
-                unread: unread.max(0),
+                unread,
                 last_time: row.try_get(3)?,
                 last_message,
                 member: left_at.is_none(),
@@ -391,4 +407,11 @@ impl Store {
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect()
     }
+}
+
+/// Unread, never counted up and down: the counting messages after the read position
+/// (`end_acc − read_acc`, the running counts at the end of what the reader may see and at
+/// its position), less the counting ones recalled since.
+pub fn unread(end_acc: i64, read_acc: i64, recalled: i64) -> i64 {
+    (end_acc - read_acc - recalled).max(0)
 }

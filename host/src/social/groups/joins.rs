@@ -8,9 +8,9 @@ use sqlx::AnyConnection;
 
 use super::{Locked, denied, group_not_found};
 use crate::messaging::Core;
+use crate::protocol::Refused;
 use crate::protocol::{Code, Error};
 use crate::social::{Change, OpError};
-use crate::store::batch::Refused;
 use crate::store::groups::lock_head;
 use crate::store::groups::{self as q, JoinState, Member, MemberState, Role};
 

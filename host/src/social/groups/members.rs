@@ -5,9 +5,9 @@ use serde_json::json;
 use super::{GROUP_KICK, GROUP_UPDATE, Locked, denied};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
+use crate::protocol::Refused;
 use crate::protocol::{Code, Error};
 use crate::social::{Change, OpError};
-use crate::store::batch::Refused;
 use crate::store::groups::{self as q, JoinState, Member, MemberState, Role};
 use crate::store::social::user_exists;
 
@@ -20,7 +20,7 @@ impl Core {
         operator: &str,
         users: &[String],
         event: &str,
-    ) -> Result<Option<std::sync::Arc<crate::store::batch::Stored>>, OpError> {
+    ) -> Result<Option<std::sync::Arc<crate::protocol::Stored>>, OpError> {
         let now = c.now;
         if l.group.member_count + users.len() as i64 > i64::from(self.settings.max_group_members) {
             return Err(Error::new(

@@ -14,8 +14,8 @@ use sqlx::AnyConnection;
 
 use super::{OpError, SystemKind};
 use crate::messaging::Core;
+use crate::protocol::Refused;
 use crate::protocol::{Code, Error};
-use crate::store::batch::Refused;
 use crate::store::groups::{self as q, Group, Head, Member, append_system, lock_head};
 
 const GROUP_KICK: SystemKind = SystemKind::GroupKick;
@@ -129,7 +129,7 @@ impl Core {
         operator: &str,
         payload: Value,
         now: i64,
-    ) -> Result<std::sync::Arc<crate::store::batch::Stored>, OpError> {
+    ) -> Result<std::sync::Arc<crate::protocol::Stored>, OpError> {
         let (content_type, checked) = self.system_payload(
             kind,
             l.head.conversation_type,
@@ -157,7 +157,7 @@ impl Core {
         operator: &str,
         payload: Value,
         now: i64,
-    ) -> Result<Option<std::sync::Arc<crate::store::batch::Stored>>, OpError> {
+    ) -> Result<Option<std::sync::Arc<crate::protocol::Stored>>, OpError> {
         if l.head.conversation_type != 2 {
             return Ok(None);
         }

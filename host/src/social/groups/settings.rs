@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 use super::{GROUP_UPDATE, GroupPatch, NewGroup, denied, info, join_policy};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
+use crate::protocol::Refused;
 use crate::protocol::{Code, Error};
 use crate::social::value;
-use crate::store::batch::Refused;
 use crate::store::groups::{self as q, Group, Role, append_system};
 use crate::store::social::user_exists;
 

@@ -1,0 +1,445 @@
+//! The group commit: many sends and read-position moves in one transaction, in arrival
+//! order. Per conversation, `seq` is allocated under the head row (locked on PostgreSQL,
+//! the single writer on SQLite), so the order of seq is the order of commit. The rules of
+//! each op are decided here; the statements are `store::batch`'s.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use sqlx::AnyConnection;
+
+use super::rules::{SendView, may_send};
+use crate::protocol::Refused;
+use crate::store::batch::{
+    BatchError, Head, Members, Pair, Pending, RecipientCache, Stored, acc_at, committing,
+    create_pairs, find_pairs, find_stored, flush, lock_heads, pair, read_position, recall_target,
+    recalled_counting, update_heads, upsert_read_positions,
+};
+use crate::store::social::blocked_pairs;
+use crate::store::sync::unread;
+use crate::store::{Dialect, Store};
+
+/// Where a message goes: a known conversation, or the private conversation with a peer
+/// (created by the first message between the two).
+#[derive(Debug, Clone)]
+pub enum Target {
+    Conversation(i64),
+    Peer(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub target: Target,
+    pub conversation_type: u8,
+    pub sender_id: String,
+    pub client_msg_id: String,
+    pub content_type: u32,
+    /// Normalized by the plugin: JSON text.
+    pub payload: String,
+    pub counts_unread: bool,
+    /// The recall kind: the seq of the sender's message to hide.
+    pub recalls: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    Send(NewMessage),
+    Read {
+        user_id: String,
+        conversation_id: i64,
+        seq: i64,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Sent {
+        message: Arc<Stored>,
+        /// A resend of a `clientMsgId` already stored: nothing new was written.
+        duplicate: bool,
+        /// Members to push to (for a resend, the original again; empty for a resend of a
+        /// message in the same batch).
+        recipients: Arc<[String]>,
+    },
+    Read {
+        conversation_id: i64,
+        conversation_type: u8,
+        user_id: String,
+        read_seq: i64,
+        /// `false`: the position was already at or past the requested seq.
+        moved: bool,
+        unread: i64,
+        members: Arc<[String]>,
+    },
+    Refused(Refused),
+}
+
+/// Message ids: milliseconds since 2024 (41 bits), the node (10 bits), a counter (12 bits).
+/// They grow with time; unique within a node (past 4096 in one millisecond the clock is
+/// borrowed from), and across nodes by `node`.
+#[derive(Debug)]
+pub struct IdGen {
+    state: std::sync::Mutex<(i64, i64)>,
+    node: i64,
+}
+
+const EPOCH_MS: i64 = 1_704_067_200_000;
+
+impl IdGen {
+    pub fn new(node: u16) -> IdGen {
+        IdGen {
+            state: std::sync::Mutex::new((0, 0)),
+            node: i64::from(node & 0x3ff),
+        }
+    }
+
+    pub fn next(&self, now_ms: i64) -> i64 {
+        let mut s = self.state.lock().expect("id state");
+        let ms = (now_ms - EPOCH_MS).max(0);
+        if ms > s.0 {
+            *s = (ms, 0);
+        } else if s.1 < 0xfff {
+            s.1 += 1;
+        } else {
+            *s = (s.0 + 1, 0);
+        }
+        (s.0 << 22) | (self.node << 12) | s.1
+    }
+}
+
+pub struct BatchContext<'a> {
+    pub now: i64,
+    pub recall_window_ms: i64,
+    pub ids: &'a IdGen,
+    pub recipients: &'a RecipientCache,
+}
+
+/// Runs `ops` in one transaction, in order; one outcome per op. A refused op does not
+/// stop the others. On `Err` nothing was written.
+pub async fn commit(
+    store: &Store,
+    ops: &[Op],
+    ctx: &BatchContext<'_>,
+) -> Result<Vec<Outcome>, BatchError> {
+    let attempt = async {
+        let mut tx = store.write().begin().await?;
+        let outcomes = run(store.dialect(), &mut tx, ops, ctx).await?;
+        tx.commit().await.map_err(committing)?;
+        Ok(outcomes)
+    };
+    attempt.await.inspect_err(|e: &BatchError| {
+        if let Some(e) = e.source_error() {
+            store.note(e);
+        }
+    })
+}
+
+async fn run(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    ops: &[Op],
+    ctx: &BatchContext<'_>,
+) -> Result<Vec<Outcome>, BatchError> {
+    // 1. Private conversations named by peer: look up; a first message creates its
+    // conversation unless the peer blocks the sender (then it creates nothing).
+    let mut by_peer: Vec<(String, String)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => match &m.target {
+                Target::Peer(p) if p != &m.sender_id => Some((p.clone(), m.sender_id.clone())),
+                _ => None,
+            },
+            Op::Read { .. } => None,
+        })
+        .collect();
+    by_peer.sort();
+    by_peer.dedup();
+    let mut pairs: Vec<Pair> = by_peer.iter().map(|(p, s)| pair(s, p)).collect();
+    pairs.sort();
+    pairs.dedup();
+    let mut by_pair = find_pairs(d, conn, &pairs).await?;
+    let first: Vec<(String, String)> = by_peer
+        .into_iter()
+        .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
+        .collect();
+    let blocked_by_peer = match first.is_empty() {
+        true => HashSet::new(),
+        false => blocked_pairs(d, conn, &first).await?,
+    };
+    let mut create: Vec<Pair> = first
+        .iter()
+        .filter(|p| !blocked_by_peer.contains(*p))
+        .map(|(p, s)| pair(s, p))
+        .collect();
+    create.sort();
+    create.dedup();
+    by_pair.extend(create_pairs(d, conn, &create, ctx.now).await?);
+    let conversation_of = |m: &NewMessage| -> Result<i64, Refused> {
+        match &m.target {
+            Target::Conversation(id) => Ok(*id),
+            Target::Peer(p) if p == &m.sender_id => Err(Refused::SelfConversation),
+            Target::Peer(p) if blocked_by_peer.contains(&(p.clone(), m.sender_id.clone())) => {
+                Err(Refused::Blocked)
+            }
+            Target::Peer(p) => by_pair
+                .get(&pair(&m.sender_id, p))
+                .copied()
+                .ok_or_else(|| Refused::UserNotFound(p.clone())),
+        }
+    };
+
+    // 2. Resends already stored.
+    let keys: Vec<(&str, &str)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
+            Op::Read { .. } => None,
+        })
+        .collect();
+    let mut stored_before = find_stored(d, conn, &keys).await?;
+
+    // 3. Head rows (locked) and members of every conversation touched.
+    let mut ids: Vec<i64> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => conversation_of(m).ok(),
+            Op::Read {
+                conversation_id, ..
+            } => Some(*conversation_id),
+        })
+        .collect();
+    // Resends' conversations too, to push the original again (its first push may have been
+    // lost with a crash between commit and push).
+    ids.extend(stored_before.values().map(|(m, _)| m.conversation_id));
+    ids.sort_unstable();
+    ids.dedup();
+    let actors: Vec<(i64, &str)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => Some((conversation_of(m).ok()?, m.sender_id.as_str())),
+            Op::Read {
+                user_id,
+                conversation_id,
+                ..
+            } => Some((*conversation_id, user_id.as_str())),
+        })
+        .collect();
+    let (mut heads, mut members) = lock_heads(d, conn, &ids, &actors, ctx.recipients).await?;
+
+    // 4. Each op in order.
+    let mut pending = Pending::default();
+    let mut in_batch: HashMap<(String, String), Arc<Stored>> = HashMap::new();
+    let mut read_moves: HashMap<(String, i64), (i64, i64)> = HashMap::new();
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops {
+        let outcome = match op {
+            Op::Send(m) => {
+                let key = (m.sender_id.clone(), m.client_msg_id.clone());
+                let earlier = match (stored_before.get(&key), in_batch.get(&key)) {
+                    // Pushed again unless recalled since (its payload is hidden now).
+                    (Some((m, recalled)), _) => Some((m.clone(), !recalled)),
+                    // Its first copy in this batch is pushed already.
+                    (None, Some(m)) => Some((m.clone(), false)),
+                    (None, None) => None,
+                };
+                if let Some((original, push_again)) = earlier {
+                    let recipients = match push_again {
+                        false => Arc::from([]),
+                        // In a group, today's members are not those who could see it: only
+                        // the sender's own devices get it again.
+                        true if original.conversation_type >= 2 => Arc::from([m.sender_id.clone()]),
+                        true => members
+                            .get_mut(&original.conversation_id)
+                            .map(Members::recipients)
+                            .unwrap_or_else(|| Arc::from([])),
+                    };
+                    Outcome::Sent {
+                        message: original,
+                        duplicate: true,
+                        recipients,
+                    }
+                } else {
+                    match send(
+                        d,
+                        conn,
+                        m,
+                        &conversation_of,
+                        &mut heads,
+                        &mut members,
+                        &mut pending,
+                        ctx,
+                    )
+                    .await?
+                    {
+                        Ok((stored, recipients, acc)) => {
+                            read_moves.insert(
+                                (m.sender_id.clone(), stored.conversation_id),
+                                (stored.seq, acc),
+                            );
+                            in_batch.insert(key, stored.clone());
+                            Outcome::Sent {
+                                message: stored,
+                                duplicate: false,
+                                recipients,
+                            }
+                        }
+                        Err(refused) => Outcome::Refused(refused),
+                    }
+                }
+            }
+            Op::Read {
+                user_id,
+                conversation_id,
+                seq,
+            } => {
+                flush(d, conn, &mut pending).await?;
+                read(
+                    conn,
+                    user_id,
+                    *conversation_id,
+                    *seq,
+                    &heads,
+                    &mut members,
+                    &mut read_moves,
+                )
+                .await?
+            }
+        };
+        outcomes.push(outcome);
+    }
+    stored_before.clear();
+
+    // 5. The rest of the writes.
+    flush(d, conn, &mut pending).await?;
+    update_heads(d, conn, &heads, ctx.now).await?;
+    upsert_read_positions(d, conn, &read_moves, ctx.now).await?;
+    Ok(outcomes)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn send(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    m: &NewMessage,
+    conversation_of: &impl Fn(&NewMessage) -> Result<i64, Refused>,
+    heads: &mut HashMap<i64, Head>,
+    members: &mut HashMap<i64, Members>,
+    pending: &mut Pending,
+    ctx: &BatchContext<'_>,
+) -> Result<Result<(Arc<Stored>, Arc<[String]>, i64), Refused>, BatchError> {
+    let conversation_id = match conversation_of(m) {
+        Ok(id) => id,
+        Err(r) => return Ok(Err(r)),
+    };
+    let (Some(head), Some(mem)) = (
+        heads.get_mut(&conversation_id),
+        members.get_mut(&conversation_id),
+    ) else {
+        return Ok(Err(Refused::NotAMember(conversation_id)));
+    };
+    let view = SendView {
+        conversation_id,
+        conversation_type: head.conversation_type,
+        dissolved: head.dissolved,
+        mute_all: head.mute_all,
+        membership: mem.any.get(&m.sender_id).copied(),
+        role: mem.roles.get(&m.sender_id).copied(),
+        blockers: &mem.blockers,
+        deleted: mem.deleted.as_deref(),
+    };
+    if let Err(r) = may_send(&view, &m.sender_id, m.conversation_type, ctx.now) {
+        return Ok(Err(r));
+    }
+    if let Some(target) = m.recalls {
+        flush(d, conn, pending).await?;
+        let Some(t) = recall_target(conn, conversation_id, target).await? else {
+            return Ok(Err(Refused::MessageNotFound(target)));
+        };
+        if t.sender_id != m.sender_id {
+            return Ok(Err(Refused::RecallNotOwn(target)));
+        }
+        if t.content_type == m.content_type || t.system {
+            return Ok(Err(Refused::NotRecallable(target)));
+        }
+        if t.recalled_by != 0 {
+            return Ok(Err(Refused::AlreadyRecalled(target)));
+        }
+        if ctx.now - t.server_time > ctx.recall_window_ms {
+            return Ok(Err(Refused::RecallWindowExpired(target)));
+        }
+    }
+    head.last_seq += 1;
+    head.unread_acc += i64::from(m.counts_unread);
+    head.dirty = true;
+    let stored = Arc::new(Stored {
+        conversation_id,
+        conversation_type: head.conversation_type,
+        seq: head.last_seq,
+        msg_id: ctx.ids.next(ctx.now),
+        sender_id: m.sender_id.clone(),
+        content_type: m.content_type,
+        payload: m.payload.clone(),
+        server_time: ctx.now,
+    });
+    if let Some(target) = m.recalls {
+        pending.recalls.push((conversation_id, target, stored.seq));
+    }
+    pending.messages.push((
+        stored.clone(),
+        m.client_msg_id.clone(),
+        m.counts_unread,
+        head.unread_acc,
+    ));
+    Ok(Ok((stored, mem.recipients(), head.unread_acc)))
+}
+
+async fn read(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    conversation_id: i64,
+    seq: i64,
+    heads: &HashMap<i64, Head>,
+    members: &mut HashMap<i64, Members>,
+    read_moves: &mut HashMap<(String, i64), (i64, i64)>,
+) -> Result<Outcome, BatchError> {
+    let (Some(head), Some(mem)) = (
+        heads.get(&conversation_id),
+        members.get_mut(&conversation_id),
+    ) else {
+        return Ok(Outcome::Refused(Refused::NotAMember(conversation_id)));
+    };
+    let Some(left_at) = mem.any.get(user_id).copied() else {
+        return Ok(Outcome::Refused(Refused::NotAMember(conversation_id)));
+    };
+    let key = (user_id.to_string(), conversation_id);
+    let (mut read_seq, mut read_acc) = match read_moves.get(&key) {
+        Some(p) => *p,
+        None => read_position(conn, user_id, conversation_id).await?,
+    };
+    let end = left_at.map_or(head.last_seq, |l| l.min(head.last_seq));
+    let target = seq.clamp(0, end);
+    let moved = target > read_seq;
+    if moved {
+        let acc = acc_at(conn, conversation_id, target)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        read_seq = target;
+        read_acc = acc;
+        read_moves.insert(key, (read_seq, read_acc));
+    }
+    let end_acc = if end == head.last_seq {
+        head.unread_acc
+    } else {
+        acc_at(conn, conversation_id, end).await?.unwrap_or(0)
+    };
+    let recalled = recalled_counting(conn, conversation_id, read_seq, end).await?;
+    Ok(Outcome::Read {
+        conversation_id,
+        conversation_type: head.conversation_type,
+        user_id: user_id.to_string(),
+        read_seq,
+        moved,
+        unread: unread(end_acc, read_acc, recalled),
+        members: mem.recipients(),
+    })
+}

@@ -1,0 +1,90 @@
+//! Read positions: where a reader is, what unread subtracts, and the moves a batch writes.
+
+use std::collections::HashMap;
+
+use sqlx::{AnyConnection, Row as _};
+
+use super::BatchError;
+use crate::store::{Dialect, shaped_chunks, tuples};
+
+/// Recalled messages that counted toward unread, in `(after, upto]`: what unread
+/// subtracts from the running counts.
+pub async fn recalled_counting(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    after: i64,
+    upto: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query(
+        "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
+         AND seq <= $3 AND recalled_by <> 0 AND counts_unread = 1",
+    )
+    .bind(conversation_id)
+    .bind(after)
+    .bind(upto)
+    .fetch_one(conn)
+    .await?
+    .try_get(0)
+}
+
+pub async fn upsert_read_positions(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    moves: &HashMap<(String, i64), (i64, i64)>,
+    now: i64,
+) -> Result<(), BatchError> {
+    let rows: Vec<_> = moves.iter().collect();
+    for chunk in shaped_chunks(&rows) {
+        let sql = format!(
+            "INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
+             VALUES {} ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+             read_seq = excluded.read_seq, read_acc = excluded.read_acc, updated_at = excluded.updated_at \
+             WHERE excluded.read_seq > read_positions.read_seq",
+            tuples(d, chunk.len(), 5)
+        );
+        let mut q = sqlx::query(&sql);
+        for ((user, conversation), (seq, acc)) in chunk {
+            q = q
+                .bind(user.as_str())
+                .bind(*conversation)
+                .bind(*seq)
+                .bind(*acc)
+                .bind(now);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// A user's read position in a conversation: `(read_seq, read_acc)`, `(0, 0)` if none.
+pub async fn read_position(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    conversation_id: i64,
+) -> sqlx::Result<(i64, i64)> {
+    Ok(sqlx::query(
+        "SELECT read_seq, read_acc FROM read_positions WHERE user_id = $1 AND conversation_id = $2",
+    )
+    .bind(user_id)
+    .bind(conversation_id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, r.try_get(1)?)))
+    .transpose()?
+    .unwrap_or((0, 0)))
+}
+
+/// The running count of counting messages at `seq` (`None`: no message there).
+pub async fn acc_at(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    seq: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query("SELECT unread_acc FROM messages WHERE conversation_id = $1 AND seq = $2")
+        .bind(conversation_id)
+        .bind(seq)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()
+}

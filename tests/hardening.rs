@@ -946,21 +946,19 @@ async fn a_deleted_account_is_never_shown_by_its_name(b: Backend) {
     .await;
 
     // Deleting needs the password again.
-    common::server::fails(
-        &s,
-        &alice,
+    s.expect_error(
         "DELETE",
         "/v1/account",
+        Some(&alice.token),
         Some(json!({"password": "wrong-one"})),
         401,
         "invalid_credentials",
     )
     .await;
-    common::server::fails(
-        &s,
-        &alice,
+    s.expect_error(
         "DELETE",
         "/v1/account",
+        Some(&alice.token),
         None,
         401,
         "invalid_credentials",
@@ -1085,11 +1083,10 @@ async fn a_deleted_account_is_never_shown_by_its_name(b: Backend) {
         let err = common::server::send_err(&mut bob_ws, typing).await;
         assert_eq!(err["code"], "user_not_found", "{err}");
     }
-    common::server::fails(
-        &s,
-        &bob,
+    s.expect_error(
         "POST",
         "/v1/friends/requests",
+        Some(&bob.token),
         Some(json!({"userId": "alice"})),
         404,
         "user_not_found",

@@ -798,41 +798,40 @@ async fn bad_input_gets_documented_codes(b: Backend) {
 async fn accounts_and_tokens(b: Backend) {
     let (_db, s) = setup(&b, "accounts", "").await;
     s.user("alice").await;
-    s.expect_error(
-        "POST",
-        "/v1/auth/register",
-        None,
-        Some(json!({"userId": "alice", "password": "another-password"})),
-        409,
-        "user_exists",
-    )
-    .await;
-    s.expect_error(
-        "POST",
-        "/v1/auth/register",
-        None,
-        Some(json!({"userId": "x", "password": "short"})),
-        400,
-        "bad_request",
-    )
-    .await;
-    s.expect_error(
-        "POST",
-        "/v1/auth/login",
-        None,
-        Some(json!({"userId": "alice", "password": "wrong-password"})),
-        401,
-        "invalid_credentials",
-    )
-    .await;
-    s.expect_error(
-        "POST",
-        "/v1/auth/login",
-        None,
-        Some(json!({"userId": "nobody", "password": "wrong-password"})),
-        401,
-        "invalid_credentials",
-    )
+    s.expect_errors(&[
+        (
+            None,
+            "POST",
+            "/v1/auth/register",
+            Some(json!({"userId": "alice", "password": "another-password"})),
+            409,
+            "user_exists",
+        ),
+        (
+            None,
+            "POST",
+            "/v1/auth/register",
+            Some(json!({"userId": "x", "password": "short"})),
+            400,
+            "bad_request",
+        ),
+        (
+            None,
+            "POST",
+            "/v1/auth/login",
+            Some(json!({"userId": "alice", "password": "wrong-password"})),
+            401,
+            "invalid_credentials",
+        ),
+        (
+            None,
+            "POST",
+            "/v1/auth/login",
+            Some(json!({"userId": "nobody", "password": "wrong-password"})),
+            401,
+            "invalid_credentials",
+        ),
+    ])
     .await;
     let (st, body) = s
         .http(

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::server::{
-    Backend, FAST, Server, User, Ws, call, conv, fails, ok, peer, send_err, send_ok, setup, text,
+    Backend, FAST, Server, User, Ws, call, conv, ok, peer, send_err, send_ok, setup, text,
 };
 use serde_json::{Value, json};
 
@@ -410,35 +410,32 @@ async fn friend_request_lifecycle(b: Backend) {
     );
     assert!(friends(&s, &alice).await.is_empty());
     assert!(friends(&s, &bob).await.is_empty());
-    fails(
-        &s,
-        &alice,
-        "DELETE",
-        "/v1/friends/bob",
-        None,
-        404,
-        "not_friends",
-    )
-    .await;
-    fails(
-        &s,
-        &bob,
-        "DELETE",
-        "/v1/friends/alice",
-        None,
-        404,
-        "not_friends",
-    )
-    .await;
-    fails(
-        &s,
-        &bob,
-        "DELETE",
-        "/v1/friends/carol",
-        None,
-        404,
-        "not_friends",
-    )
+    s.expect_errors(&[
+        (
+            Some(&alice.token),
+            "DELETE",
+            "/v1/friends/bob",
+            None,
+            404,
+            "not_friends",
+        ),
+        (
+            Some(&bob.token),
+            "DELETE",
+            "/v1/friends/alice",
+            None,
+            404,
+            "not_friends",
+        ),
+        (
+            Some(&bob.token),
+            "DELETE",
+            "/v1/friends/carol",
+            None,
+            404,
+            "not_friends",
+        ),
+    ])
     .await;
     let c = private_with(&s, &bob, "alice")
         .await
@@ -517,21 +514,19 @@ async fn crossing_requests_become_friends(b: Backend) {
     );
     let c = private_with(&s, &carol, "alice").await.unwrap();
     assert_eq!(c["unread"], 0, "{c}");
-    fails(
-        &s,
-        &carol,
+    s.expect_error(
         "POST",
         "/v1/friends/requests",
+        Some(&carol.token),
         Some(json!({"userId": "alice"})),
         409,
         "already_friends",
     )
     .await;
-    fails(
-        &s,
-        &alice,
+    s.expect_error(
         "POST",
         "/v1/friends/requests",
+        Some(&alice.token),
         Some(json!({"userId": "carol", "message": "again?"})),
         409,
         "already_friends",
@@ -576,43 +571,39 @@ async fn friend_errors(b: Backend) {
     }
     // The request is untouched by all that.
     assert_eq!(pending(&s, &bob, "in").await.len(), 1);
-    fails(
-        &s,
-        &alice,
-        "POST",
-        "/v1/friends/requests",
-        Some(json!({"userId": "alice"})),
-        400,
-        "bad_request",
-    )
-    .await;
-    fails(
-        &s,
-        &alice,
-        "POST",
-        "/v1/friends/requests",
-        Some(json!({"userId": "nobody"})),
-        404,
-        "user_not_found",
-    )
-    .await;
-    fails(
-        &s,
-        &alice,
-        "DELETE",
-        "/v1/friends/carol",
-        None,
-        404,
-        "not_friends",
-    )
+    s.expect_errors(&[
+        (
+            Some(&alice.token),
+            "POST",
+            "/v1/friends/requests",
+            Some(json!({"userId": "alice"})),
+            400,
+            "bad_request",
+        ),
+        (
+            Some(&alice.token),
+            "POST",
+            "/v1/friends/requests",
+            Some(json!({"userId": "nobody"})),
+            404,
+            "user_not_found",
+        ),
+        (
+            Some(&alice.token),
+            "DELETE",
+            "/v1/friends/carol",
+            None,
+            404,
+            "not_friends",
+        ),
+    ])
     .await;
     let (st, _) = decide(&s, &bob, &rid, "accept").await;
     assert_eq!(st, 200);
-    fails(
-        &s,
-        &bob,
+    s.expect_error(
         "POST",
         "/v1/friends/requests",
+        Some(&bob.token),
         Some(json!({"userId": "alice"})),
         409,
         "already_friends",
@@ -704,11 +695,10 @@ async fn blocks_refuse_messages_and_requests(b: Backend) {
         body.as_object_mut()
             .unwrap()
             .extend(to.as_object().unwrap().clone());
-        fails(
-            &s,
-            &mallory,
+        s.expect_error(
             "POST",
             "/v1/messages",
+            Some(&mallory.token),
             Some(body),
             403,
             "blocked",
@@ -765,11 +755,10 @@ async fn blocks_refuse_messages_and_requests(b: Backend) {
 
     // Friend requests either way are refused.
     for (from, to) in [(&mallory, "alice"), (&alice, "mallory")] {
-        fails(
-            &s,
-            from,
+        s.expect_error(
             "POST",
             "/v1/friends/requests",
+            Some(&from.token),
             Some(json!({ "userId": to })),
             403,
             "blocked",
@@ -807,11 +796,10 @@ async fn blocks_refuse_messages_and_requests(b: Backend) {
     let r = request(&s, &mallory, "alice", Some("friends?")).await;
     assert_eq!(r["state"], "pending");
     // bob is still blocked.
-    fails(
-        &s,
-        &bob,
+    s.expect_error(
         "POST",
         "/v1/messages",
+        Some(&bob.token),
         Some(
             json!({"clientMsgId": "b-2", "conversationType": 1, "peerId": "alice",
                     "contentType": 1, "payload": {"text": "still?"}}),
@@ -924,11 +912,10 @@ async fn user_stream_paging_and_reset(b: Backend) {
         "{actions:?}"
     );
     // A made-up epoch is not this stream's.
-    fails(
-        &s,
-        &bob,
+    s.expect_error(
         "GET",
         &format!("/v1/user-stream?epoch={}&afterSeq=0", epoch + 1000),
+        Some(&bob.token),
         None,
         409,
         "resync_required",
@@ -954,11 +941,10 @@ async fn user_stream_paging_and_reset(b: Backend) {
     let epoch2 = reset["epoch"].as_i64().expect("epoch");
     assert_ne!(epoch2, epoch);
     for after in [0, 5, 13] {
-        fails(
-            &s,
-            &bob,
+        s.expect_error(
             "GET",
             &format!("/v1/user-stream?epoch={epoch}&afterSeq={after}"),
+            Some(&bob.token),
             None,
             409,
             "resync_required",
@@ -1532,7 +1518,8 @@ async fn a_block_refuses_accepting_a_request(b: Backend) {
     let id = r["requestId"].as_str().unwrap().to_string();
     ok(&s, &bob, "PUT", "/v1/blocks/alice", None).await;
     let accept = format!("/v1/friends/requests/{id}/accept");
-    fails(&s, &alice, "POST", &accept, None, 403, "blocked").await;
+    s.expect_error("POST", &accept, Some(&alice.token), None, 403, "blocked")
+        .await;
     assert_eq!(s.get(&alice, "/v1/friends").await["friends"], json!([]));
     assert_eq!(
         s.get(&alice, "/v1/friends/requests?direction=in").await["requests"][0]["state"],
@@ -1594,7 +1581,15 @@ async fn a_block_made_before_the_first_message_holds(b: Backend) {
         body.as_object_mut()
             .unwrap()
             .extend(to.as_object().unwrap().clone());
-        fails(&s, &bob, "POST", "/v1/messages", Some(body), 403, "blocked").await;
+        s.expect_error(
+            "POST",
+            "/v1/messages",
+            Some(&bob.token),
+            Some(body),
+            403,
+            "blocked",
+        )
+        .await;
     }
     ok(&s, &alice, "DELETE", "/v1/blocks/bob", None).await;
     ok(

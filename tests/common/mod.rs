@@ -133,4 +133,5 @@ macro_rules! on_both {
     };
 }
 
+pub mod groups;
 pub mod server;

@@ -129,6 +129,17 @@ impl Drop for Db {
     }
 }
 
+/// A request that must be refused, as a row of `Server::expect_errors`: the token (or
+/// `None`), method, path, body, status and error code.
+pub type Refusal<'a> = (
+    Option<&'a str>,
+    &'a str,
+    &'a str,
+    Option<Value>,
+    u16,
+    &'a str,
+);
+
 /// The `courier` binary serving on a free loopback port.
 pub struct Server {
     child: Option<Child>,
@@ -326,6 +337,15 @@ impl Server {
             "{method} {path}: {body}"
         );
         body
+    }
+
+    /// Each row, in order, through `expect_error`: who asks (a token, or `None`), the
+    /// method, path and body, and the status and error code it must fail with.
+    pub async fn expect_errors(&self, rows: &[Refusal<'_>]) {
+        for (token, method, path, body, status, code) in rows {
+            self.expect_error(method, path, *token, body.clone(), *status, code)
+                .await;
+        }
     }
 
     /// GET with a token, expecting 200.
@@ -701,20 +721,6 @@ pub async fn ok(s: &Server, u: &User, method: &str, path: &str, body: Option<Val
     let (status, got) = call(s, u, method, path, body).await;
     assert_eq!(status, 200, "{} {method} {path}: {got}", u.id);
     got
-}
-
-/// A request that must fail with `status` and `code`; the error body.
-pub async fn fails(
-    s: &Server,
-    u: &User,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    status: u16,
-    code: &str,
-) -> Value {
-    s.expect_error(method, path, Some(&u.token), body, status, code)
-        .await
 }
 
 /// Sends and returns the ack (panics on an error frame).

@@ -1,0 +1,237 @@
+//! Groups end to end, as a client sees them: read receipts counted over current members, and
+//! what former and later members may ask. The real binary on loopback, every test on SQLite
+//! and (when `PG_TEST_URL` is set) on PostgreSQL.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::groups::{create, id_of, say};
+use common::server::{Backend, User, ok, setup};
+use serde_json::json;
+
+on_both!(
+    group_receipts_count_reads,
+    former_members_see_no_read_positions_or_earlier_receipts,
+);
+
+async fn group_receipts_count_reads(b: Backend) {
+    let (_db, s) = setup(&b, "group-receipts", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let carol = s.user("carol").await;
+    s.user("dave").await;
+    s.user("erin").await;
+    let frank = s.user("frank").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "R", "members": ["bob", "carol", "dave"]}),
+        )
+        .await,
+    );
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    assert_eq!(say(&s, &alice, cid, 2, "one").await, 2);
+    assert_eq!(say(&s, &alice, cid, 2, "two").await, 3);
+    let receipts = |who: User, asked: Vec<i64>| {
+        let s = &s;
+        let path = g("/receipts");
+        async move {
+            let got = ok(s, &who, "POST", &path, Some(json!({ "seqs": asked }))).await;
+            got["receipts"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{got}"))
+                .iter()
+                .map(|r| {
+                    (
+                        r["seq"].as_i64().unwrap(),
+                        (r["read"].as_i64().unwrap(), r["of"].as_i64().unwrap()),
+                    )
+                })
+                .collect::<BTreeMap<_, _>>()
+        }
+    };
+    let read = |who: User, seq: i64| {
+        let s = &s;
+        async move {
+            ok(
+                s,
+                &who,
+                "POST",
+                &format!("/v1/conversations/{cid}/read"),
+                Some(json!({ "seq": seq })),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        receipts(alice.clone(), vec![2, 3]).await,
+        [(2, (0, 3)), (3, (0, 3))].into()
+    );
+    read(bob.clone(), 2).await;
+    assert_eq!(
+        receipts(alice.clone(), vec![2, 3]).await,
+        [(2, (1, 3)), (3, (0, 3))].into()
+    );
+    read(carol.clone(), 3).await;
+    assert_eq!(
+        receipts(alice.clone(), vec![2, 3]).await,
+        [(2, (2, 3)), (3, (1, 3))].into()
+    );
+    assert_eq!(
+        receipts(bob.clone(), vec![3, 2]).await,
+        [(2, (2, 3)), (3, (1, 3))].into(),
+        "any member may ask"
+    );
+    // bob's own message: the others are counted, its sender is not.
+    assert_eq!(say(&s, &bob, cid, 2, "three").await, 4);
+    assert_eq!(receipts(alice.clone(), vec![4]).await, [(4, (0, 3))].into());
+    read(alice.clone(), 4).await;
+    assert_eq!(receipts(bob.clone(), vec![4]).await, [(4, (1, 3))].into());
+    // Later members are not counted; departed ones no longer.
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/members"),
+        Some(json!({"userIds": ["erin"]})),
+    )
+    .await;
+    assert_eq!(receipts(alice.clone(), vec![2]).await, [(2, (2, 3))].into());
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/kick"),
+        Some(json!({"userIds": ["dave"]})),
+    )
+    .await;
+    // bob read seq 3 by sending seq 4.
+    assert_eq!(
+        receipts(alice.clone(), vec![2, 3]).await,
+        [(2, (2, 2)), (3, (2, 2))].into()
+    );
+
+    let many: Vec<i64> = (1..=101).collect();
+    s.expect_errors(&[
+        (
+            Some(&alice.token),
+            "POST",
+            &g("/receipts"),
+            Some(json!({"seqs": [999]})),
+            404,
+            "message_not_found",
+        ),
+        (
+            Some(&alice.token),
+            "POST",
+            &g("/receipts"),
+            Some(json!({"seqs": []})),
+            400,
+            "bad_request",
+        ),
+        (
+            Some(&alice.token),
+            "POST",
+            &g("/receipts"),
+            Some(json!({ "seqs": many })),
+            400,
+            "bad_request",
+        ),
+        (
+            Some(&frank.token),
+            "POST",
+            &g("/receipts"),
+            Some(json!({"seqs": [2]})),
+            403,
+            "not_a_member",
+        ),
+    ])
+    .await;
+}
+
+/// Read positions and receipts are for current members, about what they could see.
+async fn former_members_see_no_read_positions_or_earlier_receipts(b: Backend) {
+    let (_db, s) = setup(&b, "former-members", "").await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let carol = s.user("carol").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "F", "members": ["bob", "carol"]}),
+        )
+        .await,
+    );
+    let early = say(&s, &alice, cid, 2, "early").await;
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    assert_eq!(
+        s.get(&carol, &format!("/v1/conversations/{cid}/read-positions"))
+            .await["positions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/kick"),
+        Some(json!({"userIds": ["carol"]})),
+    )
+    .await;
+    s.expect_error(
+        "GET",
+        &format!("/v1/conversations/{cid}/read-positions"),
+        Some(&carol.token),
+        None,
+        403,
+        "not_a_member",
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        &g("/receipts"),
+        Some(&carol.token),
+        Some(json!({"seqs": [early]})),
+        403,
+        "not_a_member",
+    )
+    .await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/members"),
+        Some(json!({"userIds": ["dave"]})),
+    )
+    .await;
+    s.expect_error(
+        "POST",
+        &g("/receipts"),
+        Some(&dave.token),
+        Some(json!({"seqs": [early]})),
+        404,
+        "message_not_found",
+    )
+    .await;
+    let later = say(&s, &alice, cid, 2, "later").await;
+    let r = ok(
+        &s,
+        &dave,
+        "POST",
+        &g("/receipts"),
+        Some(json!({"seqs": [later]})),
+    )
+    .await;
+    assert_eq!(r["receipts"][0]["seq"], later);
+    assert_eq!(
+        r["receipts"][0]["of"], 2,
+        "bob and dave, not alice (the sender) nor carol (gone)"
+    );
+}

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use courier::builtin::BUILTINS;
 use courier::config::Config;
-use courier::plugins::builtin::BUILTINS;
 use courier::plugins::runtime::{Limits, Runtime};
 use courier::plugins::{PluginRegistry, SendContext, SenderKind};
 

@@ -3,12 +3,14 @@
 
 pub mod api;
 pub mod auth;
+pub mod builtin;
 pub mod clock;
 pub mod config;
 pub mod gateway;
 pub mod limits;
 pub mod messaging;
-pub mod plugins;
+/// The plugin host (its own crate): the registry, its errors, the contract suite.
+pub use courier_plugin_host as plugins;
 pub mod protocol;
 pub mod server;
 pub mod social;

@@ -83,7 +83,7 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// A bundled plugin's component file, as the build leaves it next to the binary.
 pub fn builtin(name: &str) -> Vec<u8> {
-    courier::plugins::builtin::BUILTINS
+    courier::builtin::BUILTINS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, b)| b.to_vec())

@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::{Tokens, valid_user_id};
 use crate::limits::Guards;
-use crate::plugins::{Delivery as Class, PluginRegistry, SendContext, SenderKind};
-use crate::protocol::Error;
+use crate::plugins::{Delivery as Class, PluginRegistry, SendContext, SenderKind, ValidateError};
 use crate::protocol::Refused;
 use crate::protocol::frames::{self, LiveAck, SendAck, SendFrame};
+use crate::protocol::{Code, Error};
 use crate::store::batch::RecipientCache;
 use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
@@ -414,4 +414,70 @@ impl Core {
 pub enum SendAnswer {
     Stored(SendAck),
     Live(LiveAck),
+}
+
+/// A plugin's verdict as the client sees it: the code the plugin host names (every one is
+/// a documented `Code`), its message, and the plugin's own rejection code.
+impl From<ValidateError> for Error {
+    fn from(e: ValidateError) -> Error {
+        let code = Code::from_name(e.code()).unwrap_or(Code::Internal);
+        Error {
+            reason: e.reason().map(str::to_string),
+            ..Error::new(code, e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::CallFailure;
+
+    #[test]
+    fn every_code_the_plugin_host_names_is_documented() {
+        let n = || "k".to_string();
+        let failure = || CallFailure::Trap("t".into());
+        for e in [
+            ValidateError::Unknown(1),
+            ValidateError::Disabled {
+                content_type: 1,
+                name: n(),
+            },
+            ValidateError::Forbidden {
+                content_type: 1,
+                name: n(),
+            },
+            ValidateError::ConversationType {
+                name: n(),
+                conversation_type: 3,
+                allowed: vec![1],
+            },
+            ValidateError::TooLarge {
+                name: n(),
+                size: 2,
+                max: 1,
+            },
+            ValidateError::Invalid {
+                code: "empty".into(),
+                message: "m".into(),
+            },
+            ValidateError::PluginFailed {
+                name: n(),
+                content_type: 1,
+                failure: failure(),
+            },
+            ValidateError::Busy {
+                name: n(),
+                content_type: 1,
+                failure: failure(),
+            },
+        ] {
+            let code = e.code();
+            assert_eq!(
+                Error::from(e).code.as_str(),
+                code,
+                "{code} is no documented code"
+            );
+        }
+    }
 }

@@ -16,6 +16,11 @@ macro_rules! codes {
             /// Every code, in the order of the docs' table.
             pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
 
+            /// The code of a name (`None`: not a documented code).
+            pub fn from_name(name: &str) -> Option<Code> {
+                Code::ALL.iter().copied().find(|c| c.as_str() == name)
+            }
+
             /// The code as it travels.
             pub fn as_str(self) -> &'static str {
                 match self {

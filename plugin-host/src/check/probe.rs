@@ -158,7 +158,7 @@ impl Probe {
                 super::ValidateError::Invalid { code, message } => {
                     Outcome::Rejected { code, message }
                 }
-                other => Outcome::Refused(other.code().as_str()),
+                other => Outcome::Refused(other.code()),
             };
         }
         let text = String::from_utf8_lossy(payload).into_owned();

@@ -1,7 +1,6 @@
 //! The one API the send path uses: look up a content type, validate a payload, preview it.
 //! Also enable / disable / reload, and the circuit breaker.
 
-use crate::protocol::{Code, Error};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -13,7 +12,7 @@ use wasmtime::component::Component;
 use super::manifest::{Delivery, Manifest, SenderKind};
 pub use super::plugin::{LoadedPlugin, PluginInfo, Stats, StatsSnapshot};
 use super::runtime::{CallFailure, Runtime, ValidateOutcome};
-use crate::config::Config;
+use crate::config::Setup;
 
 /// Who is sending, and where: what `validate` needs besides the payload.
 #[derive(Debug, Clone, Copy)]
@@ -61,16 +60,18 @@ pub enum ValidateError {
 }
 
 impl ValidateError {
-    pub fn code(&self) -> Code {
+    /// The error code the server answers with (docs/protocol.md), which a plugin's cases
+    /// may expect of the host (`error.txt`).
+    pub fn code(&self) -> &'static str {
         match self {
-            ValidateError::Unknown(_) => Code::ContentTypeUnknown,
-            ValidateError::Disabled { .. } => Code::ContentTypeDisabled,
-            ValidateError::Forbidden { .. } => Code::ContentTypeForbidden,
-            ValidateError::ConversationType { .. } => Code::ConversationTypeNotAllowed,
-            ValidateError::TooLarge { .. } => Code::PayloadTooLarge,
-            ValidateError::Invalid { .. } => Code::PayloadInvalid,
-            ValidateError::PluginFailed { .. } => Code::PluginFailed,
-            ValidateError::Busy { .. } => Code::PluginBusy,
+            ValidateError::Unknown(_) => "content_type_unknown",
+            ValidateError::Disabled { .. } => "content_type_disabled",
+            ValidateError::Forbidden { .. } => "content_type_forbidden",
+            ValidateError::ConversationType { .. } => "conversation_type_not_allowed",
+            ValidateError::TooLarge { .. } => "payload_too_large",
+            ValidateError::Invalid { .. } => "payload_invalid",
+            ValidateError::PluginFailed { .. } => "plugin_failed",
+            ValidateError::Busy { .. } => "plugin_busy",
         }
     }
 
@@ -79,15 +80,6 @@ impl ValidateError {
         match self {
             ValidateError::Invalid { code, .. } => Some(code),
             _ => None,
-        }
-    }
-}
-
-impl From<ValidateError> for Error {
-    fn from(e: ValidateError) -> Error {
-        Error {
-            reason: e.reason().map(str::to_string),
-            ..Error::new(e.code(), e.to_string())
         }
     }
 }
@@ -123,7 +115,7 @@ pub struct LoadErrors(pub Vec<String>);
 
 impl PluginRegistry {
     /// Loads every plugin the config asks for; refuses (listing every problem) if any fails.
-    pub fn load(config: &Config) -> Result<PluginRegistry, LoadErrors> {
+    pub fn load(config: &impl Setup) -> Result<PluginRegistry, LoadErrors> {
         let runtime = Runtime::new()
             .map_err(|e| LoadErrors(vec![format!("cannot start the wasm engine: {e:#}")]))?;
         let registry = PluginRegistry {
@@ -260,7 +252,7 @@ impl PluginRegistry {
     /// Loads everything `config` asks for and swaps it in, unless that would change the
     /// delivery class or counts-unread of a content type already loaded (stored history
     /// depends on both). On refusal the running set stays as it was.
-    pub fn reload(&self, config: &Config) -> Result<Vec<PluginInfo>, LoadErrors> {
+    pub fn reload(&self, config: &impl Setup) -> Result<Vec<PluginInfo>, LoadErrors> {
         let mut history = self.history.lock().expect("reload lock");
         let next = self.build(config)?;
         // Compared with every content type loaded since start-up, not only the current

@@ -9,23 +9,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::builtin::BUILTINS;
 use super::cache::DiskCache;
 use super::loader::{self, LoadError, LoadFailure, Source};
 use super::manifest::Manifest;
 use super::plugin::{Breaker, LoadedPlugin, Stats};
 use super::registry::{LoadErrors, PluginRegistry, Snapshot};
 use super::runtime::Limits;
-use crate::config::{Config, RuntimeConfig};
+use crate::config::{RuntimeConfig, Setup};
 
 impl PluginRegistry {
     /// Loads every candidate, collecting every problem rather than stopping at the first.
-    pub(super) fn build(&self, config: &Config) -> Result<Snapshot, LoadErrors> {
-        let rc = &config.runtime;
+    pub(super) fn build(&self, config: &impl Setup) -> Result<Snapshot, LoadErrors> {
+        let rc = config.runtime();
         let mut errors: Vec<String> = Vec::new();
         // (expected name if known, source, bytes)
         let mut candidates: Vec<(Option<String>, Source, Vec<u8>)> = Vec::new();
-        for (name, entry) in &config.plugins {
+        for (name, entry) in config.plugins() {
             if let Some(path) = &entry.path {
                 match std::fs::read(path) {
                     Ok(bytes) => {
@@ -42,8 +41,11 @@ impl PluginRegistry {
             }
         }
         if rc.builtins {
-            for (name, bytes) in BUILTINS {
-                let overridden = config.plugins.get(*name).is_some_and(|e| e.path.is_some());
+            for (name, bytes) in config.builtins() {
+                let overridden = config
+                    .plugins()
+                    .get(*name)
+                    .is_some_and(|e| e.path.is_some());
                 if !overridden {
                     candidates.push((
                         Some(name.to_string()),
@@ -56,7 +58,7 @@ impl PluginRegistry {
         if let Some(dir) = &rc.dir {
             // A file named by a `[plugins.<name>] path` is loaded once, under that name.
             let configured: Vec<PathBuf> = config
-                .plugins
+                .plugins()
                 .values()
                 .filter_map(|e| e.path.as_ref())
                 .filter_map(|p| p.canonicalize().ok())
@@ -89,7 +91,7 @@ impl PluginRegistry {
         let mut by_name: BTreeMap<String, Arc<LoadedPlugin>> = BTreeMap::new();
         let mut by_type: HashMap<u32, Arc<LoadedPlugin>> = HashMap::new();
         for (expected, source, bytes) in candidates {
-            let entry = expected.as_ref().and_then(|n| config.plugins.get(n));
+            let entry = expected.as_ref().and_then(|n| config.plugins().get(n));
             let pin = entry.and_then(|e| e.sha256.as_deref());
             match self.load_one(
                 rc,
@@ -107,7 +109,7 @@ impl PluginRegistry {
                         errors.push(format!("{source}: declares the name {name:?}, but is configured as {expected:?}"));
                         continue;
                     }
-                    let entry = config.plugins.get(&name);
+                    let entry = config.plugins().get(&name);
                     if expected.is_none()
                         && let Some(pin) = entry.and_then(|e| e.sha256.as_deref())
                         && !pin.eq_ignore_ascii_case(&plugin.sha256)
@@ -158,7 +160,7 @@ impl PluginRegistry {
                 }
             }
         }
-        for name in config.plugins.keys() {
+        for name in config.plugins().keys() {
             if !by_name.contains_key(name) && !errors.iter().any(|e| e.contains(name.as_str())) {
                 errors.push(format!(
                     "config names plugin {name:?}, but no plugin of that name was loaded"

@@ -1,11 +1,12 @@
-//! The plugin platform: the sandboxed runtime, loading and its checks, the registry the
-//! send path calls, and the contract suite (`courier plugin check`).
+//! Courier's plugin host: the sandboxed runtime, loading and its checks, the registry the
+//! send path calls, and the contract suite (`courier plugin check`). The server uses the
+//! registry and its errors; nothing outside this crate knows how a plugin is called.
 
 mod assemble;
 pub mod bindings;
-pub mod builtin;
 pub mod cache;
 pub mod check;
+pub mod config;
 pub mod loader;
 pub mod manifest;
 pub mod plugin;
@@ -13,6 +14,7 @@ pub mod pool;
 pub mod registry;
 pub mod runtime;
 
+pub use config::{Isolation, PluginEntry, RuntimeConfig, Setup};
 pub use loader::{LoadError, LoadFailure, Source};
 pub use manifest::{Delivery, Manifest, SenderKind};
 pub use pool::InstancePool;

@@ -134,75 +134,96 @@ pub async fn commit(
     })
 }
 
-async fn run(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    ops: &[Op],
-    ctx: &BatchContext<'_>,
-) -> Result<Vec<Outcome>, BatchError> {
-    // 1. Private conversations named by peer: look up; a first message creates its
-    // conversation unless the peer blocks the sender (then it creates nothing).
-    let mut by_peer: Vec<(String, String)> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Send(m) => match &m.target {
-                Target::Peer(p) if p != &m.sender_id => Some((p.clone(), m.sender_id.clone())),
-                _ => None,
-            },
-            Op::Read { .. } => None,
+/// The private conversations a batch names by peer, and the first messages a peer's block
+/// refused.
+struct Targets {
+    by_pair: HashMap<Pair, i64>,
+    /// `(peer, sender)` of first messages the peer blocks: they create nothing.
+    blocked_by_peer: HashSet<(String, String)>,
+}
+
+impl Targets {
+    /// Private conversations named by peer: looked up; a first message creates its
+    /// conversation unless the peer blocks the sender (then it creates nothing).
+    async fn resolve(
+        d: Dialect,
+        conn: &mut AnyConnection,
+        ops: &[Op],
+        now: i64,
+    ) -> Result<Targets, BatchError> {
+        let mut by_peer: Vec<(String, String)> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Send(m) => match &m.target {
+                    Target::Peer(p) if p != &m.sender_id => Some((p.clone(), m.sender_id.clone())),
+                    _ => None,
+                },
+                Op::Read { .. } => None,
+            })
+            .collect();
+        by_peer.sort();
+        by_peer.dedup();
+        let mut pairs: Vec<Pair> = by_peer.iter().map(|(p, s)| pair(s, p)).collect();
+        pairs.sort();
+        pairs.dedup();
+        let mut by_pair = find_pairs(d, conn, &pairs).await?;
+        let first: Vec<(String, String)> = by_peer
+            .into_iter()
+            .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
+            .collect();
+        let blocked_by_peer = match first.is_empty() {
+            true => HashSet::new(),
+            false => blocked_pairs(d, conn, &first).await?,
+        };
+        let mut create: Vec<Pair> = first
+            .iter()
+            .filter(|p| !blocked_by_peer.contains(*p))
+            .map(|(p, s)| pair(s, p))
+            .collect();
+        create.sort();
+        create.dedup();
+        by_pair.extend(create_pairs(d, conn, &create, now).await?);
+        Ok(Targets {
+            by_pair,
+            blocked_by_peer,
         })
-        .collect();
-    by_peer.sort();
-    by_peer.dedup();
-    let mut pairs: Vec<Pair> = by_peer.iter().map(|(p, s)| pair(s, p)).collect();
-    pairs.sort();
-    pairs.dedup();
-    let mut by_pair = find_pairs(d, conn, &pairs).await?;
-    let first: Vec<(String, String)> = by_peer
-        .into_iter()
-        .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
-        .collect();
-    let blocked_by_peer = match first.is_empty() {
-        true => HashSet::new(),
-        false => blocked_pairs(d, conn, &first).await?,
-    };
-    let mut create: Vec<Pair> = first
-        .iter()
-        .filter(|p| !blocked_by_peer.contains(*p))
-        .map(|(p, s)| pair(s, p))
-        .collect();
-    create.sort();
-    create.dedup();
-    by_pair.extend(create_pairs(d, conn, &create, ctx.now).await?);
-    let conversation_of = |m: &NewMessage| -> Result<i64, Refused> {
+    }
+
+    /// The conversation a send goes to.
+    fn conversation_of(&self, m: &NewMessage) -> Result<i64, Refused> {
         match &m.target {
             Target::Conversation(id) => Ok(*id),
             Target::Peer(p) if p == &m.sender_id => Err(Refused::SelfConversation),
-            Target::Peer(p) if blocked_by_peer.contains(&(p.clone(), m.sender_id.clone())) => {
+            Target::Peer(p)
+                if self
+                    .blocked_by_peer
+                    .contains(&(p.clone(), m.sender_id.clone())) =>
+            {
                 Err(Refused::Blocked)
             }
-            Target::Peer(p) => by_pair
+            Target::Peer(p) => self
+                .by_pair
                 .get(&pair(&m.sender_id, p))
                 .copied()
                 .ok_or_else(|| Refused::UserNotFound(p.clone())),
         }
-    };
+    }
+}
 
-    // 2. Resends already stored.
-    let keys: Vec<(&str, &str)> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
-            Op::Read { .. } => None,
-        })
-        .collect();
-    let mut stored_before = find_stored(d, conn, &keys).await?;
-
-    // 3. Head rows (locked) and members of every conversation touched.
+/// The head rows (locked) and the members of every conversation a batch touches: its
+/// sends' and reads', and its resends' (to push the original again).
+async fn lock_touched(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    ops: &[Op],
+    targets: &Targets,
+    stored_before: &HashMap<(String, String), (Arc<Stored>, bool)>,
+    recipients: &RecipientCache,
+) -> Result<(HashMap<i64, Head>, HashMap<i64, Members>), BatchError> {
     let mut ids: Vec<i64> = ops
         .iter()
         .filter_map(|op| match op {
-            Op::Send(m) => conversation_of(m).ok(),
+            Op::Send(m) => targets.conversation_of(m).ok(),
             Op::Read {
                 conversation_id, ..
             } => Some(*conversation_id),
@@ -216,7 +237,7 @@ async fn run(
     let actors: Vec<(i64, &str)> = ops
         .iter()
         .filter_map(|op| match op {
-            Op::Send(m) => Some((conversation_of(m).ok()?, m.sender_id.as_str())),
+            Op::Send(m) => Some((targets.conversation_of(m).ok()?, m.sender_id.as_str())),
             Op::Read {
                 user_id,
                 conversation_id,
@@ -224,7 +245,31 @@ async fn run(
             } => Some((*conversation_id, user_id.as_str())),
         })
         .collect();
-    let (mut heads, mut members) = lock_heads(d, conn, &ids, &actors, ctx.recipients).await?;
+    lock_heads(d, conn, &ids, &actors, recipients).await
+}
+
+async fn run(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    ops: &[Op],
+    ctx: &BatchContext<'_>,
+) -> Result<Vec<Outcome>, BatchError> {
+    // 1. Private conversations named by peer.
+    let targets = Targets::resolve(d, conn, ops, ctx.now).await?;
+
+    // 2. Resends already stored.
+    let keys: Vec<(&str, &str)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
+            Op::Read { .. } => None,
+        })
+        .collect();
+    let mut stored_before = find_stored(d, conn, &keys).await?;
+
+    // 3. Head rows (locked) and members of every conversation touched.
+    let (mut heads, mut members) =
+        lock_touched(d, conn, ops, &targets, &stored_before, ctx.recipients).await?;
 
     // 4. Each op in order.
     let mut pending = Pending::default();
@@ -263,7 +308,7 @@ async fn run(
                         d,
                         conn,
                         m,
-                        &conversation_of,
+                        &targets,
                         &mut heads,
                         &mut members,
                         &mut pending,
@@ -308,7 +353,6 @@ async fn run(
         outcomes.push(outcome);
     }
     stored_before.clear();
-
     // 5. The rest of the writes.
     flush(d, conn, &mut pending).await?;
     update_heads(d, conn, &heads, ctx.now).await?;
@@ -321,13 +365,13 @@ async fn send(
     d: Dialect,
     conn: &mut AnyConnection,
     m: &NewMessage,
-    conversation_of: &impl Fn(&NewMessage) -> Result<i64, Refused>,
+    targets: &Targets,
     heads: &mut HashMap<i64, Head>,
     members: &mut HashMap<i64, Members>,
     pending: &mut Pending,
     ctx: &BatchContext<'_>,
 ) -> Result<Result<(Arc<Stored>, Arc<[String]>, i64), Refused>, BatchError> {
-    let conversation_id = match conversation_of(m) {
+    let conversation_id = match targets.conversation_of(m) {
         Ok(id) => id,
         Err(r) => return Ok(Err(r)),
     };

@@ -2,6 +2,7 @@
 //! examples, determinism, idempotence, preview, malformed and oversized input, fuzz,
 //! data-driven cases, and the budget summary.
 
+use super::super::bindings::WitExample;
 use super::super::manifest::Manifest;
 use super::super::registry::{SendContext, ValidateError, precheck};
 use super::probe::{Outcome, Probe};
@@ -13,7 +14,27 @@ pub(super) fn run_behaviour_checks(
     m: &Manifest,
     opts: &CheckOptions,
 ) {
-    // examples
+    let examples = examples(r, probe);
+    let corpus = corpus(&examples, m);
+    determinism(r, probe, &corpus);
+    let accepted = idempotence(r, probe, &corpus);
+    preview(r, probe, &accepted);
+    let ctx = SendContext {
+        sender_id: "u-check",
+        sender: m.sender,
+        conversation_type: corpus[0].0,
+        conversation_id: "c-check",
+    };
+    malformed(r, probe, m, &ctx);
+    oversized(r, probe, m, &ctx);
+    fuzz(r, probe, m, opts, &corpus);
+    cases(r, probe, m, opts);
+    budget(r, probe, opts);
+}
+
+/// The plugin's own examples: each accepted or rejected as it declares, at least one of
+/// each.
+fn examples(r: &mut Report, probe: &mut Probe) -> Vec<WitExample> {
     let examples = match probe.examples() {
         Ok(e) => e,
         Err(e) => {
@@ -53,7 +74,11 @@ pub(super) fn run_behaviour_checks(
             r.push("examples", Status::Fail, wrong.join("\n"));
         }
     }
+    examples
+}
 
+/// The inputs the other checks start from: the examples' payloads, or `{}`.
+fn corpus(examples: &[WitExample], m: &Manifest) -> Vec<(u8, String)> {
     let mut corpus: Vec<(u8, String)> = examples
         .iter()
         .map(|e| (e.conversation_type, e.payload.clone()))
@@ -64,11 +89,14 @@ pub(super) fn run_behaviour_checks(
             "{}".into(),
         ));
     }
+    corpus
+}
 
-    // determinism: the warm pooled instance (after all the calls above) and a fresh one agree,
-    // and two calls in a row agree.
+/// The warm pooled instance (after all the calls before) and a fresh one agree, two calls
+/// in a row agree, and nothing of a previous call's context shows in another conversation.
+fn determinism(r: &mut Report, probe: &mut Probe, corpus: &[(u8, String)]) {
     let mut diffs = Vec::new();
-    for (ct, payload) in &corpus {
+    for (ct, payload) in corpus {
         let warm = probe.validate(*ct, payload);
         let again = probe.validate(*ct, payload);
         let fresh = probe.validate_fresh(*ct, payload);
@@ -102,11 +130,13 @@ pub(super) fn run_behaviour_checks(
             corpus.len()
         ),
     );
+}
 
-    // idempotence
+/// A normalized payload validates to itself; the accepted outputs.
+fn idempotence(r: &mut Report, probe: &mut Probe, corpus: &[(u8, String)]) -> Vec<String> {
     let mut bad = Vec::new();
     let mut accepted_outputs = Vec::new();
-    for (ct, payload) in &corpus {
+    for (ct, payload) in corpus {
         if let Outcome::Accepted(out) = probe.validate(*ct, payload) {
             let again = probe.validate(*ct, &out);
             if again != Outcome::Accepted(out.clone()) {
@@ -129,10 +159,13 @@ pub(super) fn run_behaviour_checks(
             accepted_outputs.len()
         ),
     );
+    accepted_outputs
+}
 
-    // preview
+/// Previews are single lines of at most 200 characters.
+fn preview(r: &mut Report, probe: &mut Probe, accepted_outputs: &[String]) {
     let mut bad = Vec::new();
-    for out in &accepted_outputs {
+    for out in accepted_outputs {
         match probe.preview(out) {
             Ok(line) if line.contains(['\n', '\r']) => bad.push(format!(
                 "preview of {} spans several lines",
@@ -155,9 +188,12 @@ pub(super) fn run_behaviour_checks(
             accepted_outputs.len()
         ),
     );
+}
 
-    // malformed
-    let ct = corpus[0].0;
+/// Malformed input is rejected, odd but valid JSON does not trap, non-UTF-8 never reaches
+/// the plugin.
+fn malformed(r: &mut Report, probe: &mut Probe, m: &Manifest, ctx: &SendContext<'_>) {
+    let ct = ctx.conversation_type;
     let mut bad = Vec::new();
     for input in inputs::malformed() {
         let o = probe.validate(ct, &input);
@@ -171,15 +207,9 @@ pub(super) fn run_behaviour_checks(
             bad.push(format!("{}: {}", inputs::snippet(&input), o.describe()));
         }
     }
-    let ctx = SendContext {
-        sender_id: "u-check",
-        sender: m.sender,
-        conversation_type: ct,
-        conversation_id: "c-check",
-    };
     let not_utf8: &[u8] = b"{\"text\":\"\xff\xfe\"}";
     if !matches!(
-        precheck(m, &ctx, not_utf8),
+        precheck(m, ctx, not_utf8),
         Err(ValidateError::Invalid { .. })
     ) {
         bad.push("non-UTF-8 input was not rejected before the plugin".into());
@@ -193,12 +223,16 @@ pub(super) fn run_behaviour_checks(
             inputs::malformed().len()
         ),
     );
+}
 
-    // oversized
+/// A payload over the kind's maximum is refused before wasm; one at the maximum is
+/// handled.
+fn oversized(r: &mut Report, probe: &mut Probe, m: &Manifest, ctx: &SendContext<'_>) {
+    let ct = ctx.conversation_type;
     let mut bad = Vec::new();
     let max = m.max_payload_bytes as usize;
     let over = inputs::padded(max + 1);
-    match precheck(m, &ctx, over.as_bytes()) {
+    match precheck(m, ctx, over.as_bytes()) {
         Err(ValidateError::TooLarge { .. }) => {}
         other => bad.push(format!(
             "a {}-byte payload was not refused by the host: {other:?}",
@@ -222,8 +256,17 @@ pub(super) fn run_behaviour_checks(
             max + 1
         ),
     );
+}
 
-    // fuzz
+/// Mutated inputs: no trap, idempotent outputs, warm and fresh instances agree.
+fn fuzz(
+    r: &mut Report,
+    probe: &mut Probe,
+    m: &Manifest,
+    opts: &CheckOptions,
+    corpus: &[(u8, String)],
+) {
+    let max = m.max_payload_bytes as usize;
     let mut rng = fastrand::Rng::with_seed(opts.seed);
     let mut bad = Vec::new();
     let (mut acc, mut rej) = (0, 0);
@@ -274,8 +317,10 @@ pub(super) fn run_behaviour_checks(
             opts.fuzz, opts.seed
         ),
     );
+}
 
-    // cases
+/// The data-driven cases of `--cases`.
+fn cases(r: &mut Report, probe: &mut Probe, m: &Manifest, opts: &CheckOptions) {
     match &opts.cases {
         None => r.push("cases", Status::Skip, "no --cases directory given"),
         Some(dir) => match cases::run(dir, probe, m) {
@@ -285,8 +330,10 @@ pub(super) fn run_behaviour_checks(
             Err(e) => r.push("cases", Status::Fail, e),
         },
     }
+}
 
-    // budget
+/// Every call stayed within its budget (the failures that did not are contained).
+fn budget(r: &mut Report, probe: &mut Probe, opts: &CheckOptions) {
     let s = probe.summary();
     let detail = format!(
         "{} calls; most fuel {} of {} ({:.2}%); peak memory {:.1} MiB of {} MiB; slowest {} µs",

@@ -25,76 +25,10 @@ impl Core {
         }
         self.change(|mut c| {
             Box::pin(async move {
-                let now = c.now;
-                let d = self.store.dialect();
-                let head = lock_head(d, &mut c.tx, id)
-                    .await?
-                    .filter(|h| h.conversation_type >= 2)
-                    .ok_or_else(|| group_not_found(id))?;
-                let group = q::group_in(&mut c.tx, id)
-                    .await?
-                    .ok_or_else(|| group_not_found(id))?;
-                if group.dissolved {
-                    return Err(Refused::GroupDissolved(id).into());
-                }
-                let mine = q::members_in(d, &mut c.tx, id, &[actor])
-                    .await?
-                    .remove(actor);
-                if mine.as_ref().is_some_and(Member::is_current) {
-                    return Err(Error::new(Code::AlreadyMember, "you are a member").into());
-                }
-                let me = Member {
-                    user_id: actor.to_string(),
-                    role: Role::Member,
-                    state: MemberState::Member,
-                    joined_after_seq: head.last_seq,
-                    left_at_seq: None,
-                    muted_until: 0,
-                    joined_at: now,
-                };
-                let mut l = Locked { head, group, me };
+                let mut l = self.lock_for_joining(&mut c, id, actor).await?;
                 let answer = match l.group.join_policy.as_str() {
-                    "open" => {
-                        // A request from when the group needed approval is answered by the join.
-                        let pending = q::join_request(&mut c.tx, id, actor)
-                            .await?
-                            .filter(|r| r.state == JoinState::Pending);
-                        if pending.is_some() {
-                            let mut affected = self.admins(&mut c.tx, id).await?;
-                            affected.push(actor.to_string());
-                            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
-                            c.lock_streams(&refs).await?;
-                        }
-                        self.admit_one(&mut c, &mut l, actor, actor).await?;
-                        if let Some(r) = pending {
-                            let r = q::JoinRequest {
-                                state: JoinState::Approved,
-                                ..r
-                            };
-                            q::save_join_request(&mut c.tx, id, &r, Some(actor), now).await?;
-                            self.join_request_events(&mut c, &l, &r, Some(actor))
-                                .await?;
-                        }
-                        json!({ "state": "joined" })
-                    }
-                    "approval" => {
-                        let request = match q::join_request(&mut c.tx, id, actor).await? {
-                            Some(r) if r.state == JoinState::Pending => q::JoinRequest {
-                                message: message.to_string(),
-                                ..r
-                            },
-                            _ => q::JoinRequest {
-                                request_id: self.ids.next(now).to_string(),
-                                user_id: actor.to_string(),
-                                message: message.to_string(),
-                                state: JoinState::Pending,
-                                created_at: now,
-                            },
-                        };
-                        q::save_join_request(&mut c.tx, id, &request, None, now).await?;
-                        self.join_request_events(&mut c, &l, &request, None).await?;
-                        json!({ "state": "pending", "requestId": request.request_id })
-                    }
+                    "open" => self.join_open(&mut c, &mut l, actor).await?,
+                    "approval" => self.ask_to_join(&mut c, &l, actor, message).await?,
                     _ => {
                         return Err(Error::new(
                             Code::JoinClosed,
@@ -107,6 +41,100 @@ impl Core {
             })
         })
         .await
+    }
+
+    /// Locks a live group for someone who is not a member yet (the membership they would
+    /// have).
+    async fn lock_for_joining(
+        &self,
+        c: &mut Change,
+        id: i64,
+        actor: &str,
+    ) -> Result<Locked, OpError> {
+        let d = self.store.dialect();
+        let head = lock_head(d, &mut c.tx, id)
+            .await?
+            .filter(|h| h.conversation_type >= 2)
+            .ok_or_else(|| group_not_found(id))?;
+        let group = q::group_in(&mut c.tx, id)
+            .await?
+            .ok_or_else(|| group_not_found(id))?;
+        if group.dissolved {
+            return Err(Refused::GroupDissolved(id).into());
+        }
+        let mine = q::members_in(d, &mut c.tx, id, &[actor])
+            .await?
+            .remove(actor);
+        if mine.as_ref().is_some_and(Member::is_current) {
+            return Err(Error::new(Code::AlreadyMember, "you are a member").into());
+        }
+        let me = Member {
+            user_id: actor.to_string(),
+            role: Role::Member,
+            state: MemberState::Member,
+            joined_after_seq: head.last_seq,
+            left_at_seq: None,
+            muted_until: 0,
+            joined_at: c.now,
+        };
+        Ok(Locked { head, group, me })
+    }
+
+    /// Joins an open group; a request from when it needed approval is answered by the
+    /// join.
+    async fn join_open(
+        &self,
+        c: &mut Change,
+        l: &mut Locked,
+        actor: &str,
+    ) -> Result<Value, OpError> {
+        let id = l.head.conversation_id;
+        let pending = q::join_request(&mut c.tx, id, actor)
+            .await?
+            .filter(|r| r.state == JoinState::Pending);
+        if pending.is_some() {
+            let mut affected = self.admins(&mut c.tx, id).await?;
+            affected.push(actor.to_string());
+            let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
+            c.lock_streams(&refs).await?;
+        }
+        self.admit_one(c, l, actor, actor).await?;
+        if let Some(r) = pending {
+            let r = q::JoinRequest {
+                state: JoinState::Approved,
+                ..r
+            };
+            q::save_join_request(&mut c.tx, id, &r, Some(actor), c.now).await?;
+            self.join_request_events(c, l, &r, Some(actor)).await?;
+        }
+        Ok(json!({ "state": "joined" }))
+    }
+
+    /// Asks to join a group that needs approval (asking again updates the pending request).
+    async fn ask_to_join(
+        &self,
+        c: &mut Change,
+        l: &Locked,
+        actor: &str,
+        message: &str,
+    ) -> Result<Value, OpError> {
+        let (id, now) = (l.head.conversation_id, c.now);
+        let request = match q::join_request(&mut c.tx, id, actor).await? {
+            Some(r) if r.state == JoinState::Pending => q::JoinRequest {
+                message: message.to_string(),
+                ..r
+            },
+            _ => q::JoinRequest {
+                request_id: self.ids.next(now).to_string(),
+                user_id: actor.to_string(),
+                message: message.to_string(),
+                state: JoinState::Pending,
+                created_at: now,
+            },
+        };
+        q::save_join_request(&mut c.tx, id, &request, None, now).await?;
+        self.join_request_events(c, l, &request, None).await?;
+        Ok(json!({ "state": "pending", "requestId": request.request_id }))
     }
 
     /// The owner and admins now.

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::{GROUP_KICK, GROUP_UPDATE, Locked, denied};
+use super::{GROUP_KICK, GROUP_UPDATE, Locked, denied, group_full};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
 use crate::protocol::Refused;
@@ -23,14 +23,7 @@ impl Core {
     ) -> Result<Option<std::sync::Arc<crate::protocol::Stored>>, OpError> {
         let now = c.now;
         if l.group.member_count + users.len() as i64 > i64::from(self.settings.max_group_members) {
-            return Err(Error::new(
-                Code::GroupFull,
-                format!(
-                    "a group has at most {} members",
-                    self.settings.max_group_members
-                ),
-            )
-            .into());
+            return Err(group_full(self.settings.max_group_members).into());
         }
         // Channels announce no subscriptions.
         let payload = json!({ "operatorId": operator, "event": event, "userIds": users });

@@ -63,6 +63,13 @@ fn group_not_found(id: i64) -> Error {
     Error::new(Code::GroupNotFound, format!("no group or channel {id}"))
 }
 
+fn group_full(max: u32) -> Error {
+    Error::new(
+        Code::GroupFull,
+        format!("a group has at most {max} members"),
+    )
+}
+
 fn denied(why: &str) -> OpError {
     Error::new(Code::PermissionDenied, why).into()
 }

@@ -3,17 +3,19 @@
 
 use serde_json::{Value, json};
 
-use super::{GROUP_UPDATE, GroupPatch, NewGroup, denied, info, join_policy};
+use super::{GROUP_UPDATE, GroupPatch, NewGroup, denied, group_full, info, join_policy};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
+use crate::protocol::Error;
 use crate::protocol::Refused;
-use crate::protocol::{Code, Error};
 use crate::social::value;
 use crate::store::groups::{self as q, Group, Role, append_system};
 use crate::store::social::user_exists;
 
 impl Core {
-    pub async fn create_group(&self, owner: &str, spec: NewGroup) -> Result<Value, Error> {
+    /// What a creation asks for, checked: its other members (sorted, without the owner) and
+    /// its join policy.
+    fn creation(&self, owner: &str, spec: &NewGroup) -> Result<(Vec<String>, String), Error> {
         if !matches!(spec.conversation_type, 2 | 3) {
             return Err(Error::bad_request(
                 "conversationType is 2 (group) or 3 (channel)",
@@ -40,92 +42,81 @@ impl Core {
             )));
         }
         if members.len() + 1 > self.settings.max_group_members as usize {
-            return Err(Error::new(
-                Code::GroupFull,
-                format!(
-                    "a group has at most {} members",
-                    self.settings.max_group_members
-                ),
-            ));
+            return Err(group_full(self.settings.max_group_members));
         }
+        Ok((members, policy))
+    }
+
+    pub async fn create_group(&self, owner: &str, spec: NewGroup) -> Result<Value, Error> {
+        let (members, policy) = self.creation(owner, &spec)?;
         let (spec, members, policy) = (&spec, &members, &policy);
-        self.change(|mut c| Box::pin(async move {
-            let now = c.now;
-            for m in members {
-                if !user_exists(&mut c.tx, m).await? {
-                    return Err(Refused::UserNotFound(m.clone()).into());
+        self.change(|mut c| {
+            Box::pin(async move {
+                let now = c.now;
+                for m in members {
+                    if !user_exists(&mut c.tx, m).await? {
+                        return Err(Refused::UserNotFound(m.clone()).into());
+                    }
                 }
-            }
-            let mut payload = json!({
-                "operatorId": owner, "event": "created", "name": spec.name, "joinPolicy": policy,
-            });
-            // A channel's subscribers are not announced.
-            if spec.conversation_type == 2 {
-                payload["userIds"] = json!(members);
-            }
-            if !spec.notice.is_empty() {
-                payload["notice"] = spec.notice.clone().into();
-            }
-            if !spec.avatar.is_empty() {
-                payload["avatar"] = spec.avatar.clone().into();
-            }
-            // Checked before anything is written: the plugin normalizes the settings.
-            let (update, checked) =
-                self.system_payload(GROUP_UPDATE, spec.conversation_type, 0, &payload)?;
-            let v = value(&checked);
-            let mut group = Group {
-                conversation_id: 0,
-                conversation_type: spec.conversation_type,
-                owner_id: owner.to_string(),
-                name: v["name"].as_str().unwrap_or_default().to_string(),
-                notice: v["notice"].as_str().unwrap_or_default().to_string(),
-                avatar: v["avatar"].as_str().unwrap_or_default().to_string(),
-                join_policy: policy.clone(),
-                mute_all: false,
-                dissolved: false,
-                member_count: members.len() as i64 + 1,
-                version: 1,
-                created_at: now,
-                updated_at: now,
-            };
-            let mut head = q::create_group(&mut c.tx, &group).await?;
-            group.conversation_id = head.conversation_id;
-            let tip = append_system(
-                &mut c.tx,
-                &mut head,
-                owner,
-                update,
-                checked,
-                self.ids.next(now),
-                now,
-            )
-            .await?;
-            let mut everyone: Vec<&str> = vec![owner];
-            everyone.extend(members.iter().map(String::as_str));
-            c.lock_streams(&everyone).await?;
-            for user in &everyone {
-                let role = if *user == owner {
-                    Role::Owner
-                } else {
-                    Role::Member
+                let payload = created_tip(owner, spec, members, policy);
+                // Checked before anything is written: the plugin normalizes the settings.
+                let (update, checked) =
+                    self.system_payload(GROUP_UPDATE, spec.conversation_type, 0, &payload)?;
+                let v = value(&checked);
+                let mut group = Group {
+                    conversation_id: 0,
+                    conversation_type: spec.conversation_type,
+                    owner_id: owner.to_string(),
+                    name: v["name"].as_str().unwrap_or_default().to_string(),
+                    notice: v["notice"].as_str().unwrap_or_default().to_string(),
+                    avatar: v["avatar"].as_str().unwrap_or_default().to_string(),
+                    join_policy: policy.clone(),
+                    mute_all: false,
+                    dissolved: false,
+                    member_count: members.len() as i64 + 1,
+                    version: 1,
+                    created_at: now,
+                    updated_at: now,
                 };
-                q::open_membership(&mut c.tx, &head, user, 0, role, now).await?;
-                c.streams.append(
-                    user,
-                    "group.joined",
-                    None,
-                    &json!({
-                        "conversationId": head.conversation_id,
-                        "conversationType": head.conversation_type,
-                        "role": role.as_str(),
-                        "by": owner,
-                    }),
-                );
-            }
-            c.fx.tips = vec![(tip, everyone.iter().map(|u| u.to_string()).collect())];
-            c.fx.members_changed = Some(head.conversation_id);
-            Ok((info(&group), c))
-        }))
+                let mut head = q::create_group(&mut c.tx, &group).await?;
+                group.conversation_id = head.conversation_id;
+                let tip = append_system(
+                    &mut c.tx,
+                    &mut head,
+                    owner,
+                    update,
+                    checked,
+                    self.ids.next(now),
+                    now,
+                )
+                .await?;
+                let mut everyone: Vec<&str> = vec![owner];
+                everyone.extend(members.iter().map(String::as_str));
+                c.lock_streams(&everyone).await?;
+                for user in &everyone {
+                    let role = if *user == owner {
+                        Role::Owner
+                    } else {
+                        Role::Member
+                    };
+                    q::open_membership(&mut c.tx, &head, user, 0, role, now).await?;
+                    c.streams.append(
+                        user,
+                        "group.joined",
+                        None,
+                        &json!({
+                            "conversationId": head.conversation_id,
+                            "conversationType": head.conversation_type,
+                            "role": role.as_str(),
+                            "by": owner,
+                        }),
+                    );
+                }
+                c.fx.tips = vec![(tip, everyone.iter().map(|u| u.to_string()).collect())];
+                c.fx.members_changed = Some(head.conversation_id);
+                Ok((info(&group), c))
+            })
+        })
         .await
     }
 
@@ -204,4 +195,22 @@ impl Core {
         })
         .await
     }
+}
+
+/// The `created` tip of a new group or channel.
+fn created_tip(owner: &str, spec: &NewGroup, members: &[String], policy: &str) -> Value {
+    let mut payload = json!({
+        "operatorId": owner, "event": "created", "name": spec.name, "joinPolicy": policy,
+    });
+    // A channel's subscribers are not announced.
+    if spec.conversation_type == 2 {
+        payload["userIds"] = json!(members);
+    }
+    if !spec.notice.is_empty() {
+        payload["notice"] = spec.notice.clone().into();
+    }
+    if !spec.avatar.is_empty() {
+        payload["avatar"] = spec.avatar.clone().into();
+    }
+    payload
 }

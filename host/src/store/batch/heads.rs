@@ -22,7 +22,23 @@ pub async fn lock_heads(
 ) -> Result<(HashMap<i64, Head>, HashMap<i64, Members>), BatchError> {
     let mut heads = HashMap::new();
     let mut members: HashMap<i64, Members> = HashMap::new();
-    let mut versions: HashMap<i64, i64> = HashMap::new();
+    lock_rows(d, conn, ids, &mut heads, &mut members).await?;
+    // Groups: their settings, read after the lock is held (a statement that waited for
+    // the lock would see the rows it joined as they were before the wait).
+    let versions = group_settings(d, conn, &mut heads).await?;
+    actor_rows(d, conn, actors, &versions, &mut members).await?;
+    group_recipients(conn, &versions, cache, &mut members).await?;
+    Ok((heads, members))
+}
+
+/// The head rows, locked in id order, with every membership row of the private ones.
+async fn lock_rows(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    ids: &[i64],
+    heads: &mut HashMap<i64, Head>,
+    members: &mut HashMap<i64, Members>,
+) -> Result<(), BatchError> {
     for chunk in shaped_chunks(ids) {
         let lock = match d {
             Dialect::Postgres => " FOR UPDATE OF c",
@@ -69,8 +85,16 @@ pub async fn lock_heads(
             }
         }
     }
-    // Groups: their settings, read after the lock is held (a statement that waited for
-    // the lock would see the rows it joined as they were before the wait).
+    Ok(())
+}
+
+/// The settings of the groups among `heads` (mute-all, dissolved), and their versions.
+async fn group_settings(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    heads: &mut HashMap<i64, Head>,
+) -> Result<HashMap<i64, i64>, BatchError> {
+    let mut versions: HashMap<i64, i64> = HashMap::new();
     let groups: Vec<i64> = heads
         .iter()
         .filter(|(_, h)| h.conversation_type >= 2)
@@ -95,7 +119,18 @@ pub async fn lock_heads(
             versions.insert(id, row.try_get(3)?);
         }
     }
-    // Groups: the actors' own rows.
+    Ok(versions)
+}
+
+/// In groups, the membership rows of the batch's senders and readers (role and mute of the
+/// current ones).
+async fn actor_rows(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    actors: &[(i64, &str)],
+    versions: &HashMap<i64, i64>,
+    members: &mut HashMap<i64, Members>,
+) -> Result<(), BatchError> {
     let mut pairs: Vec<(i64, &str)> = actors
         .iter()
         .filter(|(id, _)| versions.contains_key(id))
@@ -125,8 +160,18 @@ pub async fn lock_heads(
             entry.any.insert(user, left_at);
         }
     }
-    // Groups: who gets the pushes.
-    for (&id, &version) in &versions {
+    Ok(())
+}
+
+/// In groups, who gets the pushes: the current members, from the cache while the
+/// group's version has not moved.
+async fn group_recipients(
+    conn: &mut AnyConnection,
+    versions: &HashMap<i64, i64>,
+    cache: &RecipientCache,
+    members: &mut HashMap<i64, Members>,
+) -> Result<(), BatchError> {
+    for (&id, &version) in versions {
         let current = match cache.get(id, version) {
             Some(c) => c,
             None => {
@@ -146,7 +191,7 @@ pub async fn lock_heads(
         };
         members.entry(id).or_default().current_arc = Some(current);
     }
-    Ok((heads, members))
+    Ok(())
 }
 
 pub async fn update_heads(

@@ -41,17 +41,22 @@ pub fn status(code: Code) -> StatusCode {
     }
 }
 
+/// The one JSON envelope of an error: `{"error": {"code", "message", "reason"?}}`.
+pub fn envelope(e: &Error) -> serde_json::Value {
+    let mut body = json!({ "code": e.code.as_str(), "message": e.message });
+    if let Some(reason) = &e.reason {
+        body["reason"] = reason.as_str().into();
+    }
+    json!({ "error": body })
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = status(self.code);
         if status.is_server_error() {
             tracing::error!(code = self.code.as_str(), "{}", self.message);
         }
-        let mut body = json!({ "code": self.code.as_str(), "message": self.message });
-        if let Some(reason) = self.reason {
-            body["reason"] = reason.into();
-        }
-        let mut res = (status, Json(json!({ "error": body }))).into_response();
+        let mut res = (status, Json(envelope(&self))).into_response();
         if let Some(secs) = self.retry_after {
             res.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());

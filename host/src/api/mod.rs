@@ -4,7 +4,7 @@
 
 mod accounts;
 mod conversations;
-mod error;
+pub mod error;
 mod groups;
 mod social;
 

@@ -12,7 +12,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
 
+use crate::api::error::envelope;
 use crate::limits::{AddressKey, Guard};
+use crate::protocol::{Code, Error};
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,10 +135,8 @@ impl Admission {
             }
         };
         tokio::spawn(async move {
-            let body = serde_json::json!({
-                "error": {"code": "too_many_connections", "message": message}
-            })
-            .to_string();
+            let refusal = Error::new(Code::TooManyConnections, message);
+            let body = envelope(&refusal).to_string();
             let answer = format!(
                 "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
                  retry-after: 5\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",

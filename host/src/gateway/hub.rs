@@ -193,6 +193,42 @@ impl Delivery for Hub {
         reach
     }
 
+    fn push_devices(
+        &self,
+        user_id: &str,
+        device_ids: &[&str],
+        frame: &Utf8Bytes,
+        class: Class,
+    ) -> Reach {
+        let mut reach = Reach::default();
+        let frame = Frame::new(frame.clone(), &self.budget);
+        let shard = self.shard(user_id).lock().expect("hub lock");
+        for d in shard
+            .get(user_id)
+            .into_iter()
+            .flatten()
+            .filter(|d| device_ids.contains(&d.device_id.as_str()))
+        {
+            match d.outbox.push(frame.clone(), class, None) {
+                Queued::Yes | Queued::Coalesced => reach.queued += 1,
+                Queued::Dropped | Queued::Overflow | Queued::Closed => reach.dropped += 1,
+            }
+        }
+        reach
+    }
+
+    fn online(&self, user_id: &str) -> Vec<String> {
+        let shard = self.shard(user_id).lock().expect("hub lock");
+        let mut devices: Vec<String> = shard
+            .get(user_id)
+            .into_iter()
+            .flatten()
+            .map(|d| d.device_id.clone())
+            .collect();
+        devices.sort();
+        devices
+    }
+
     /// Connected devices on this node.
     fn online_devices(&self) -> u64 {
         self.online.load(Ordering::Relaxed)
@@ -220,5 +256,45 @@ impl Delivery for Hub {
                 d.outbox.close(Close::Shutdown);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(hub: &Hub, user: &str, id: &str) -> Arc<Device> {
+        let d = Arc::new(Device::new(
+            hub,
+            user.into(),
+            id.into(),
+            [0; 16],
+            16,
+            1 << 20,
+        ));
+        hub.register(d.clone());
+        d
+    }
+
+    #[tokio::test]
+    async fn pushes_reach_users_or_named_devices_and_online_says_who_is_there() {
+        let hub = Hub::new(1 << 30);
+        let phone = device(&hub, "alice", "phone");
+        let laptop = device(&hub, "alice", "laptop");
+        let bob = device(&hub, "bob", "phone");
+        assert_eq!(hub.online("alice"), ["laptop", "phone"]);
+        assert!(hub.online("carol").is_empty());
+        let frame = Utf8Bytes::from_static("{}");
+        let to_all = hub.push(&["alice".into()], &frame, Class::Persistent, None, 0);
+        assert_eq!(to_all.queued, 2);
+        let to_one = hub.push_devices("alice", &["laptop"], &frame, Class::Persistent);
+        assert_eq!(to_one.queued, 1);
+        let (mut p, mut l) = (Vec::new(), Vec::new());
+        phone.outbox.next(&mut p).await;
+        laptop.outbox.next(&mut l).await;
+        assert_eq!((p.len(), l.len()), (1, 2));
+        assert_eq!(bob.outbox.queued(), 0);
+        assert!(hub.unregister("alice", "phone", phone.session));
+        assert_eq!(hub.online("alice"), ["laptop"]);
     }
 }

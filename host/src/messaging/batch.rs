@@ -360,6 +360,31 @@ async fn run(
     Ok(outcomes)
 }
 
+/// Whether `m` (a recall) may hide message `target`: the sender's own, not a recall or a
+/// tip, not recalled already, within the recall window.
+async fn may_recall(
+    conn: &mut AnyConnection,
+    m: &NewMessage,
+    conversation_id: i64,
+    target: i64,
+    ctx: &BatchContext<'_>,
+) -> Result<Result<(), Refused>, BatchError> {
+    let Some(t) = recall_target(conn, conversation_id, target).await? else {
+        return Ok(Err(Refused::MessageNotFound(target)));
+    };
+    Ok(if t.sender_id != m.sender_id {
+        Err(Refused::RecallNotOwn(target))
+    } else if t.content_type == m.content_type || t.system {
+        Err(Refused::NotRecallable(target))
+    } else if t.recalled_by != 0 {
+        Err(Refused::AlreadyRecalled(target))
+    } else if ctx.now - t.server_time > ctx.recall_window_ms {
+        Err(Refused::RecallWindowExpired(target))
+    } else {
+        Ok(())
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn send(
     d: Dialect,
@@ -395,21 +420,10 @@ async fn send(
         return Ok(Err(r));
     }
     if let Some(target) = m.recalls {
+        // The recall reads its target: the rows this batch wrote so far go first.
         flush(d, conn, pending).await?;
-        let Some(t) = recall_target(conn, conversation_id, target).await? else {
-            return Ok(Err(Refused::MessageNotFound(target)));
-        };
-        if t.sender_id != m.sender_id {
-            return Ok(Err(Refused::RecallNotOwn(target)));
-        }
-        if t.content_type == m.content_type || t.system {
-            return Ok(Err(Refused::NotRecallable(target)));
-        }
-        if t.recalled_by != 0 {
-            return Ok(Err(Refused::AlreadyRecalled(target)));
-        }
-        if ctx.now - t.server_time > ctx.recall_window_ms {
-            return Ok(Err(Refused::RecallWindowExpired(target)));
+        if let Err(r) = may_recall(conn, m, conversation_id, target, ctx).await? {
+            return Ok(Err(r));
         }
     }
     head.last_seq += 1;

@@ -49,6 +49,19 @@ pub trait Delivery: Send + Sync {
         except: u64,
     ) -> Reach;
 
+    /// Queues `frame` for the named devices of one user only (their connections, if
+    /// online).
+    fn push_devices(
+        &self,
+        user_id: &str,
+        device_ids: &[&str],
+        frame: &Utf8Bytes,
+        class: Class,
+    ) -> Reach;
+
+    /// The devices of `user_id` connected now.
+    fn online(&self, user_id: &str) -> Vec<String>;
+
     /// Closes the connections of `user_id` that `which` picks, telling them `why`; how
     /// many.
     fn close(&self, user_id: &str, which: Which, why: Close) -> usize;

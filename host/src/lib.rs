@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod builtin;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod gateway;
 pub mod limits;

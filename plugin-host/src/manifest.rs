@@ -7,7 +7,7 @@ use super::bindings::{WitDelivery, WitManifest, WitSender};
 /// Largest payload any plugin may declare (the gateway's frame limit is above this).
 pub const MAX_PAYLOAD_CEILING: u32 = 1024 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Delivery {
     Persistent,

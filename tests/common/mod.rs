@@ -133,5 +133,6 @@ macro_rules! on_both {
     };
 }
 
+pub mod cluster;
 pub mod groups;
 pub mod server;

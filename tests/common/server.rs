@@ -184,7 +184,38 @@ impl Server {
     /// Logins and registrations are not rate-limited by address unless `auth` says so
     /// (every test client comes from 127.0.0.1).
     pub async fn start_sections(db: &Db, c: Sections<'_>) -> Server {
-        let config = db.dir.join("courier.toml");
+        Server::start_named(db, "courier", c)
+    }
+
+    /// As `start_sections`, with its config and log named after `name` (several servers
+    /// on one database: the nodes of a cluster).
+    pub fn start_named(db: &Db, name: &str, c: Sections<'_>) -> Server {
+        let mut s = Server::configured(db, name, c);
+        s.spawn();
+        s
+    }
+
+    /// Runs a server that must refuse to start; its log.
+    pub fn refused(db: &Db, name: &str, c: Sections<'_>) -> String {
+        let s = Server::configured(db, name, c);
+        let status = Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args(["serve", "--config"])
+            .arg(&s.config)
+            .current_dir(repo_root())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&s.log).unwrap()))
+            .status()
+            .expect("run courier");
+        assert!(
+            !status.success(),
+            "the server started; its log:\n{}",
+            s.log()
+        );
+        s.log()
+    }
+
+    fn configured(db: &Db, name: &str, c: Sections<'_>) -> Server {
+        let config = db.dir.join(format!("{name}.toml"));
         let address_limit = if c.auth.contains("attempts_per_minute_per_address") {
             ""
         } else {
@@ -205,14 +236,17 @@ impl Server {
             ),
         )
         .unwrap();
-        let mut s = Server {
+        let log = if name == "courier" {
+            "server.log".to_string()
+        } else {
+            format!("{name}.log")
+        };
+        Server {
             child: None,
             addr: String::new(),
             config,
-            log: db.dir.join("server.log"),
-        };
-        s.spawn();
-        s
+            log: db.dir.join(log),
+        }
     }
 
     fn spawn(&mut self) {
@@ -501,7 +535,17 @@ impl Ws {
 
     /// Connects and reads the `hello` frame; `Err(status)` if the upgrade was refused.
     pub async fn connect(addr: &str, token: &str, device: &str) -> Result<Ws, u16> {
-        let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}");
+        Ws::connect_query(addr, token, device, "").await
+    }
+
+    /// As `connect`, with `query` (`&key=value…`) added to the URL.
+    pub async fn connect_query(
+        addr: &str,
+        token: &str,
+        device: &str,
+        query: &str,
+    ) -> Result<Ws, u16> {
+        let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={token}{query}");
         match tokio_tungstenite::connect_async(url).await {
             Ok((stream, _)) => Ok(Ws::greeted(stream).await),
             Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),

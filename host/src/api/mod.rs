@@ -33,6 +33,8 @@ pub struct AppState {
     pub core: Arc<Core>,
     /// This node's connections (the WebSocket registers its own there).
     pub hub: Arc<crate::gateway::hub::Hub>,
+    /// What else hears of this node's connections (presence; the routes in cluster mode).
+    pub links: Arc<dyn crate::gateway::links::Links>,
     /// The config in force (replaced on a successful reload).
     pub config: Arc<Mutex<Config>>,
     /// The file a reload re-reads; `None`: embedded defaults (and environment).
@@ -47,7 +49,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(
-        Gateway { core, hub }: Gateway,
+        Gateway { core, hub, links }: Gateway,
         config: Config,
         config_path: Option<PathBuf>,
     ) -> AppState {
@@ -63,6 +65,7 @@ impl AppState {
         AppState {
             registry: core.registry.clone(),
             hub,
+            links,
             passwords: Arc::new(passwords),
             attempts: Arc::new(attempts),
             core,
@@ -97,6 +100,7 @@ impl axum::extract::FromRef<AppState> for Gateway {
         Gateway {
             core: s.core.clone(),
             hub: s.hub.clone(),
+            links: s.links.clone(),
         }
     }
 }
@@ -132,6 +136,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/friends/requests/{id}/accept", post(social::accept))
         .route("/v1/friends/requests/{id}/reject", post(social::reject))
         .route("/v1/friends/requests/{id}/cancel", post(social::cancel))
+        .route("/v1/presence", get(social::presence))
         .route("/v1/blocks", get(social::blocks))
         .route(
             "/v1/blocks/{userId}",
@@ -169,6 +174,7 @@ pub fn app(state: AppState) -> Router {
         .route("/admin/plugins/{name}/disable", post(disable))
         .route("/admin/plugins/reload", post(reload))
         .route("/admin/validate", post(dry_run))
+        .route("/admin/node", get(admin_node))
         .route("/admin/users/{userId}/stream/reset", post(reset_stream))
         .route(
             "/admin/users/{userId}/revoke-all",
@@ -194,8 +200,29 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Error
     )
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+/// `ok`, or `degraded` with the reasons: a cluster node that cannot reach Redis or the
+/// bus still serves its own devices and every pull.
+async fn healthz(State(s): State<AppState>) -> Json<Value> {
+    let reasons = s.core.delivery.degraded();
+    if reasons.is_empty() {
+        Json(json!({ "status": "ok" }))
+    } else {
+        Json(json!({ "status": "degraded", "reasons": reasons }))
+    }
+}
+
+/// `GET /admin/node`: this node's health, its commit batches, and in cluster mode what it
+/// forwarded to the other nodes.
+async fn admin_node(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
+    require_admin(&s, &headers)?;
+    let reasons = s.core.delivery.degraded();
+    Ok(Json(json!({
+        "status": if reasons.is_empty() { "ok" } else { "degraded" },
+        "reasons": reasons,
+        "onlineDevices": s.core.delivery.online_devices(),
+        "commitBatches": s.core.batches.load(std::sync::atomic::Ordering::Relaxed),
+        "cluster": s.core.delivery.cluster(),
+    })))
 }
 
 async fn list_plugins(_user: User, State(s): State<AppState>) -> Json<Value> {
@@ -345,6 +372,10 @@ fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Jso
         .registry
         .set_enabled(&name, on)
         .ok_or_else(|| Error::new(Code::PluginNotFound, format!("no plugin named {name:?}")))?;
+    // Every node of a cluster switches it too.
+    s.core
+        .delivery
+        .announce(&crate::messaging::Forget::Plugin { name, enabled: on });
     Ok(Json(json!({ "plugin": info })))
 }
 

@@ -229,3 +229,32 @@ pub async fn unblock(
     s.core.set_block(&user, &other, false).await?;
     Ok(Json(json!({ "userId": other, "blocked": false })))
 }
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PresenceQuery {
+    user_ids: String,
+}
+
+/// `GET /v1/presence?userIds=a,b`: who of them is online, of those the caller may see.
+pub async fn presence(
+    State(s): State<AppState>,
+    User(user): User,
+    q: Rejected<Query<PresenceQuery>>,
+) -> Result<Json<Value>, Error> {
+    let q = query(q)?;
+    let users: Vec<String> = q
+        .user_ids
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .collect();
+    if users.iter().any(|u| !crate::auth::valid_user_id(u)) {
+        return Err(Error::bad_request(
+            "userIds must be user ids separated by commas",
+        ));
+    }
+    let presence = s.core.presence_of(&user, &users).await?;
+    Ok(Json(json!({ "presence": presence })))
+}

@@ -29,6 +29,9 @@ pub struct Config {
     pub auth: AuthConfig,
     pub gateway: GatewayConfig,
     pub messaging: MessagingConfig,
+    /// `[cluster]`: present, this node is one of several sharing PostgreSQL; absent, it
+    /// runs alone.
+    pub cluster: Option<ClusterConfig>,
     /// `[plugins.<name>]`: per-plugin switches, paths and pins, keyed by manifest name.
     pub plugins: BTreeMap<String, PluginEntry>,
 }
@@ -142,6 +145,60 @@ pub struct MessagingConfig {
     pub recall_window_secs: u64,
     /// Most members a group or channel may have, the owner included.
     pub max_group_members: u32,
+    /// A user's friends are told of its presence at most once per this many seconds.
+    pub presence_interval_secs: u64,
+}
+
+/// Which message bus carries pushes, kicks and cache invalidations between nodes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BusKind {
+    #[default]
+    Nats,
+    Redis,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This node's number (0–1023), unique among the live nodes; it is also the node
+    /// number in the message ids it makes (`server.node_id` stays unset).
+    pub node_id: u16,
+    /// Device routes and presence, and the node leases.
+    pub redis_url: String,
+    pub bus: BusKind,
+    /// The bus's address: a NATS server (`nats://…`), or with `bus = "redis"` a Redis
+    /// (`redis://…`; empty: `redis_url`).
+    pub bus_url: String,
+    /// Starts every Redis key and bus subject: deployments that share a Redis or NATS
+    /// keep apart by it.
+    pub prefix: String,
+    /// How long a device's route lives in Redis without a refresh.
+    pub route_ttl_secs: u64,
+    /// How often this node refreshes its routes (one pipelined write for all of them).
+    pub refresh_secs: u64,
+    /// How long this node's claim on its `node_id` lives without a refresh; a node that
+    /// crashed holds its number this long.
+    pub lease_secs: u64,
+    /// What a node caches of other nodes' changes (members, mutes, blocks, accounts) is
+    /// read again after this many seconds even if the bus never said it changed.
+    pub cache_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            node_id: 0,
+            redis_url: "redis://127.0.0.1:6379".into(),
+            bus: BusKind::Nats,
+            bus_url: "nats://127.0.0.1:4222".into(),
+            prefix: "courier".into(),
+            route_ttl_secs: 90,
+            refresh_secs: 30,
+            lease_secs: 10,
+            cache_secs: 10,
+        }
+    }
 }
 
 impl Default for StorageConfig {
@@ -190,7 +247,62 @@ impl Default for MessagingConfig {
         Self {
             recall_window_secs: 120,
             max_group_members: 2000,
+            presence_interval_secs: 2,
         }
+    }
+}
+
+impl ClusterConfig {
+    fn check(&self, config: &Config) -> Result<(), ConfigError> {
+        let fail = |m: &str| Err(ConfigError::Check(m.into()));
+        if config.storage.url.starts_with("sqlite:") {
+            return fail(
+                "cluster mode needs PostgreSQL: nodes cannot share an embedded SQLite file; set storage.url to postgres://… or remove [cluster]",
+            );
+        }
+        if self.node_id > 1023 {
+            return fail("cluster.node_id must be between 0 and 1023");
+        }
+        if config.server.node_id != 0 && config.server.node_id != self.node_id {
+            return fail(
+                "server.node_id and cluster.node_id differ: in cluster mode set cluster.node_id only",
+            );
+        }
+        if !self.redis_url.starts_with("redis://") && !self.redis_url.starts_with("rediss://") {
+            return fail("cluster.redis_url must start with redis:// or rediss://");
+        }
+        if self.bus == BusKind::Nats && self.bus_url.is_empty() {
+            return fail("cluster.bus_url must name the NATS server");
+        }
+        if self.prefix.is_empty()
+            || !self
+                .prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return fail("cluster.prefix must be letters, digits, _ or -");
+        }
+        if self.route_ttl_secs < 3
+            || self.refresh_secs == 0
+            || self.refresh_secs * 2 > self.route_ttl_secs
+        {
+            return fail(
+                "cluster.refresh_secs must be positive and at most half of cluster.route_ttl_secs (at least 3)",
+            );
+        }
+        if self.lease_secs < 2 || self.cache_secs == 0 {
+            return fail("cluster.lease_secs must be at least 2 and cluster.cache_secs positive");
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The node number in this node's message ids.
+    pub fn node_id(&self) -> u16 {
+        self.cluster
+            .as_ref()
+            .map_or(self.server.node_id, |c| c.node_id)
     }
 }
 
@@ -284,6 +396,9 @@ impl Config {
             return Err(ConfigError::Check(
                 "server.node_id must be between 0 and 1023".into(),
             ));
+        }
+        if let Some(c) = &self.cluster {
+            c.check(self)?;
         }
         if !(1..=64).contains(&self.storage.committers) {
             return Err(ConfigError::Check(

@@ -8,11 +8,12 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::outbox::{Close, Frame, NodeBudget, Outbox, Queued};
 use crate::auth::TokenId;
-use crate::messaging::{Delivery, LatestKey, Reach, Respond, Which};
+use crate::messaging::{Delivery, LatestKey, PRESENCE, Reach, Respond, Which};
 use crate::plugins::Delivery as Class;
 
 pub struct Device {
@@ -24,6 +25,8 @@ pub struct Device {
     pub outbox: Outbox,
     /// Requests read from this connection and not answered yet.
     pub in_flight: AtomicUsize,
+    /// Hears its friends' presence (it asked to on connecting).
+    pub presence: bool,
 }
 
 impl Device {
@@ -44,6 +47,7 @@ impl Device {
             session: Hub::new_session(),
             outbox: Outbox::new(outbox_frames, outbox_bytes, hub.budget.clone()),
             in_flight: AtomicUsize::new(0),
+            presence: false,
         }
     }
 
@@ -108,16 +112,18 @@ impl Hub {
     }
 
     /// Registers a connection; the one it replaces (same user and device) is told to close.
-    pub fn register(&self, device: Arc<Device>) {
-        let old = {
+    /// Whether it is the user's first device on this node.
+    pub fn register(&self, device: Arc<Device>) -> bool {
+        let (old, first) = {
             let mut shard = self.shard(&device.user_id).lock().expect("hub lock");
             let list = shard.entry(device.user_id.clone()).or_default();
             let old = list
                 .iter()
                 .position(|d| d.device_id == device.device_id)
                 .map(|i| list.swap_remove(i));
+            let first = list.is_empty();
             list.push(device);
-            old
+            (old, first)
         };
         match old {
             Some(old) => old.outbox.close(Close::Replaced),
@@ -125,26 +131,43 @@ impl Hub {
                 self.online.fetch_add(1, Ordering::Relaxed);
             }
         }
+        first
     }
 
-    /// Removes a connection if it is still the device's current one.
-    pub fn unregister(&self, user_id: &str, device_id: &str, session: u64) -> bool {
+    /// Removes a connection if it is still the device's current one: `None` if it is not,
+    /// else whether it was the user's last device on this node.
+    pub fn unregister(&self, user_id: &str, device_id: &str, session: u64) -> Option<bool> {
         let mut shard = self.shard(user_id).lock().expect("hub lock");
-        let Some(list) = shard.get_mut(user_id) else {
-            return false;
-        };
-        let Some(i) = list
+        let list = shard.get_mut(user_id)?;
+        let i = list
             .iter()
-            .position(|d| d.device_id == device_id && d.session == session)
-        else {
-            return false;
-        };
+            .position(|d| d.device_id == device_id && d.session == session)?;
         list.swap_remove(i);
-        if list.is_empty() {
+        let last = list.is_empty();
+        if last {
             shard.remove(user_id);
         }
         self.online.fetch_sub(1, Ordering::Relaxed);
-        true
+        Some(last)
+    }
+
+    /// Every connection on this node: (user, device, session).
+    pub fn connections(&self) -> Vec<(String, String, u64)> {
+        let mut out = Vec::with_capacity(self.online.load(Ordering::Relaxed) as usize);
+        for shard in self.shards.iter() {
+            for d in shard.lock().expect("hub lock").values().flatten() {
+                out.push((d.user_id.clone(), d.device_id.clone(), d.session));
+            }
+        }
+        out
+    }
+
+    /// Whether `user_id` has a device connected to this node.
+    pub fn has(&self, user_id: &str) -> bool {
+        self.shard(user_id)
+            .lock()
+            .expect("hub lock")
+            .contains_key(user_id)
     }
 }
 
@@ -174,12 +197,16 @@ impl Delivery for Hub {
         let mut reach = Reach::default();
         // Counted once toward the node's budget, however many devices it waits for.
         let frame = Frame::new(frame.clone(), &self.budget);
+        let presence = key.is_some_and(|k| k.2 == PRESENCE);
         for user in users {
             let shard = self.shard(user).lock().expect("hub lock");
             let Some(list) = shard.get(user) else {
                 continue;
             };
-            for d in list.iter().filter(|d| d.session != except) {
+            for d in list
+                .iter()
+                .filter(|d| d.session != except && (d.presence || !presence))
+            {
                 match d.outbox.push(frame.clone(), class, key) {
                     Queued::Yes | Queued::Coalesced => reach.queued += 1,
                     Queued::Dropped | Queued::Overflow | Queued::Closed => reach.dropped += 1,
@@ -257,6 +284,11 @@ impl Delivery for Hub {
             }
         }
     }
+
+    fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>> {
+        let online = users.iter().map(|u| self.has(u)).collect();
+        Box::pin(std::future::ready(Some(online)))
+    }
 }
 
 #[cfg(test)]
@@ -294,7 +326,8 @@ mod tests {
         laptop.outbox.next(&mut l).await;
         assert_eq!((p.len(), l.len()), (1, 2));
         assert_eq!(bob.outbox.queued(), 0);
-        assert!(hub.unregister("alice", "phone", phone.session));
+        assert_eq!(hub.unregister("alice", "phone", phone.session), Some(false));
+        assert_eq!(hub.unregister("alice", "phone", phone.session), None);
         assert_eq!(hub.online("alice"), ["laptop"]);
     }
 }

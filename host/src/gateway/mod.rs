@@ -4,6 +4,7 @@
 //! acks come back through the outbox.
 
 pub mod hub;
+pub mod links;
 pub mod outbox;
 
 use std::sync::Arc;
@@ -31,12 +32,13 @@ use crate::protocol::{Code, Error, Peer, bearer, frames};
 use frames::{Peek, ReadFrame, SendFrame};
 use hub::{Device, Hub};
 
-/// What the WebSocket needs: the core (sends, reads, who may connect) and this node's hub
-/// (the connections it registers).
+/// What the WebSocket needs: the core (sends, reads, who may connect), this node's hub
+/// (the connections it registers) and what else hears of them (`links`).
 #[derive(Clone)]
 pub struct Gateway {
     pub core: Arc<Core>,
     pub hub: Arc<Hub>,
+    pub links: Arc<dyn links::Links>,
 }
 use outbox::{Close, Frame};
 
@@ -47,6 +49,9 @@ type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 pub struct Connect {
     token: Option<String>,
     device_id: Option<String>,
+    /// `true`: this connection hears its friends' presence changes.
+    #[serde(default)]
+    presence: bool,
 }
 
 fn valid_device_id(s: &str) -> bool {
@@ -55,7 +60,7 @@ fn valid_device_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
 }
 
-/// `GET /v1/ws?deviceId=…[&token=…]`: the token from the query or `Authorization: Bearer`.
+/// `GET /v1/ws?deviceId=…[&token=…][&presence=true]`: the token from the query or `Authorization: Bearer`.
 pub async fn upgrade(
     State(gateway): State<Gateway>,
     query: Result<Query<Connect>, axum::extract::rejection::QueryRejection>,
@@ -105,7 +110,7 @@ pub async fn upgrade(
         let socket =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        run(gateway, socket, session, device_id, deadline).await;
+        run(gateway, socket, session, device_id, q.presence, deadline).await;
     });
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -150,6 +155,14 @@ fn accept_key(headers: &HeaderMap) -> Result<String, Error> {
     }
 }
 
+/// Takes a connection out of the hub (if it is still the device's current one) and tells
+/// the links.
+async fn leave(hub: &Hub, links: &dyn links::Links, device: &Device) {
+    if let Some(last) = hub.unregister(&device.user_id, &device.device_id, device.session) {
+        links.disconnected(device, last).await;
+    }
+}
+
 /// How a connection's loop ended.
 enum End {
     /// The client sent a close frame: it is answered, then the server closes TCP.
@@ -161,21 +174,24 @@ enum End {
 }
 
 async fn run(
-    Gateway { core, hub }: Gateway,
+    Gateway { core, hub, links }: Gateway,
     mut socket: Socket,
     session: Session,
     device_id: String,
+    presence: bool,
     handshake_deadline: Instant,
 ) {
     let set = &core.settings;
-    let device = Arc::new(Device::new(
+    let mut device = Device::new(
         &hub,
         session.user_id,
         device_id,
         session.token,
         set.outbox_frames,
         set.outbox_bytes,
-    ));
+    );
+    device.presence = presence;
+    let device = Arc::new(device);
     let hello = frames::hello(
         &device.user_id,
         &device.device_id,
@@ -185,18 +201,19 @@ async fn run(
     );
     // Registered before the hello is written, so a push right after the client read its
     // hello reaches it; pushes wait in the outbox until the hello is out.
-    hub.register(device.clone());
+    let first = hub.register(device.clone());
+    links.connected(&device, first).await;
     match tokio::time::timeout_at(handshake_deadline.into(), socket.send(Message::Text(hello)))
         .await
     {
         Ok(Ok(())) => {}
         Ok(Err(_)) => {
-            hub.unregister(&device.user_id, &device.device_id, device.session);
+            leave(&hub, &*links, &device).await;
             return;
         }
         Err(_) => {
             core.guards.count(Guard::HandshakeTimeout);
-            hub.unregister(&device.user_id, &device.device_id, device.session);
+            leave(&hub, &*links, &device).await;
             return;
         }
     }
@@ -260,7 +277,7 @@ async fn run(
         }
     };
     drop(out);
-    hub.unregister(&device.user_id, &device.device_id, device.session);
+    leave(&hub, &*links, &device).await;
     match end {
         // The answer to the client's close frame is queued: send it; the server then
         // closes TCP first, as RFC 6455 asks.

@@ -5,8 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::Core;
-use super::Which;
+use super::{Cached, Core, Forget, Which};
 use crate::auth::{TokenId, Verified};
 use crate::clock::now_ms;
 use crate::protocol::Close;
@@ -86,6 +85,7 @@ impl Core {
             .lock()
             .expect("accounts")
             .get(&v.user_id)
+            .and_then(|a| a.fresh(self.settings.cache_max_age))
             .map(|a| a.admits(&v));
         match known {
             Some(verdict) => verdict?,
@@ -100,8 +100,7 @@ impl Core {
                 self.accounts
                     .lock()
                     .expect("accounts")
-                    .entry(v.user_id.clone())
-                    .or_insert(account);
+                    .insert(v.user_id.clone(), Cached::new(account));
                 verdict?;
             }
         }
@@ -118,7 +117,7 @@ impl Core {
             .lock()
             .expect("accounts")
             .get(user_id)
-            .map_or(0, |a| a.valid_from)
+            .map_or(0, |a| a.value.valid_from)
     }
 
     /// Logout: this token stops working, and the connections opened with it close (4003).
@@ -129,9 +128,11 @@ impl Core {
             .map_err(crate::store::unavailable)?;
         if let Some(a) = self.accounts.lock().expect("accounts").get_mut(&s.user_id) {
             let now = now_ms() / 1000;
-            a.revoked.retain(|_, exp| *exp + 3600 >= now);
-            a.revoked.insert(s.token, s.expires_at);
+            a.value.revoked.retain(|_, exp| *exp + 3600 >= now);
+            a.value.revoked.insert(s.token, s.expires_at);
         }
+        // Other nodes read the account again before they close its connections.
+        self.delivery.announce(&Forget::Account(s.user_id.clone()));
         self.delivery
             .close(&s.user_id, Which::Token(s.token), Close::Revoked);
         Ok(())
@@ -148,25 +149,32 @@ impl Core {
             .await
             .map_err(crate::store::unavailable)?;
         if let Some(a) = self.accounts.lock().expect("accounts").get_mut(user_id) {
-            a.valid_from = valid_from;
+            a.value.valid_from = valid_from;
         }
+        self.delivery
+            .announce(&Forget::Account(user_id.to_string()));
         self.delivery.close(user_id, Which::All, Close::Revoked);
         Ok(valid_from)
     }
 
-    /// Forgets what this node read of the account (it is read again on its next use).
+    /// Forgets what every node read of the account (it is read again on its next use).
     pub(crate) fn unforget_account(&self, user_id: &str) {
-        self.accounts.lock().expect("accounts").remove(user_id);
+        self.forget(Forget::Account(user_id.to_string()));
     }
 
-    /// Marks the account deleted on this node and closes its connections (4004).
+    /// Marks the account deleted on this node (other nodes read it again) and closes its
+    /// connections everywhere (4004).
     pub(crate) fn forget_account(&self, user_id: &str) {
+        let deleted = Account {
+            deleted: true,
+            ..Account::default()
+        };
         self.accounts
             .lock()
             .expect("accounts")
-            .entry(user_id.to_string())
-            .or_default()
-            .deleted = true;
+            .insert(user_id.to_string(), Cached::new(deleted));
+        self.delivery
+            .announce(&Forget::Account(user_id.to_string()));
         self.delivery.close(user_id, Which::All, Close::Deleted);
     }
 }

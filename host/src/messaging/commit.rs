@@ -95,6 +95,7 @@ pub async fn run(
     routes: Arc<Routes>,
     recipients: Arc<RecipientCache>,
     settings: Settings,
+    batches: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
@@ -107,6 +108,7 @@ pub async fn run(
         let started = std::time::Instant::now();
         let result =
             commit_with_retries(&store, &ops, &ids, &recipients, settings.recall_window_ms).await;
+        batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(
             ops = ops.len(),
             micros = started.elapsed().as_micros() as u64,

@@ -5,6 +5,8 @@
 
 use std::hash::{Hash, Hasher};
 
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::auth::TokenId;
@@ -13,6 +15,10 @@ use crate::protocol::Close;
 
 /// Coalescing key of a `latest` frame: conversation, sender, content type.
 pub type LatestKey = (i64, u64, u32);
+
+/// The content type of presence frames' coalescing key (no kind has it): only the
+/// connections that asked for presence get them.
+pub const PRESENCE: u32 = u32::MAX;
 
 /// A stable 64-bit key for a user id (for coalescing keys).
 pub fn user_key(user_id: &str) -> u64 {
@@ -34,6 +40,21 @@ pub enum Which {
     All,
     /// Those opened with this token.
     Token(TokenId),
+}
+
+/// What a node's caches may hold that a change made elsewhere makes wrong. A node drops
+/// it from its own caches and announces it to the others (cluster mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Forget {
+    /// A conversation's members, roles, mutes or blocks changed.
+    Members(i64),
+    /// Every conversation's (an account was renamed in all of them).
+    AllMembers,
+    /// An account's tokens or state changed (logout, revoke-all, deletion).
+    Account(String),
+    /// A plugin was switched on or off at runtime.
+    Plugin { name: String, enabled: bool },
 }
 
 /// Frames to devices, and their connections.
@@ -74,6 +95,51 @@ pub trait Delivery: Send + Sync {
 
     /// Asks every connection to close (shutdown).
     fn close_all(&self);
+
+    /// Like `push`, and waits to count the devices reached on every node (a live send's
+    /// ack says how many).
+    fn push_counted<'a>(
+        &'a self,
+        users: &'a [String],
+        frame: &'a Utf8Bytes,
+        class: Class,
+        key: Option<LatestKey>,
+        except: u64,
+    ) -> BoxFuture<'a, Reach> {
+        let reach = self.push(users, frame, class, key, except);
+        Box::pin(std::future::ready(reach))
+    }
+
+    /// Whether each of `users` has a device online anywhere, in order; `None` when that
+    /// cannot be known now (cluster mode with Redis unreachable).
+    fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>>;
+
+    /// Tells the other nodes to drop what `forget` names from their caches (cluster mode;
+    /// a node alone has no one to tell).
+    fn announce(&self, _forget: &Forget) {}
+
+    /// What of the deployment's services this node cannot reach now (`/healthz`).
+    fn degraded(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Cluster mode: this node's number and what it sent to the others.
+    fn cluster(&self) -> Option<ClusterStats> {
+        None
+    }
+}
+
+/// What a cluster node forwarded since start-up.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStats {
+    pub node_id: u16,
+    /// Rounds of the forwarder that had pushes (each at least one commit batch's).
+    pub rounds: u64,
+    /// Messages published to the bus.
+    pub publishes: u64,
+    /// Pushes or messages for other nodes lost (queue full, bus away); devices pull them.
+    pub lost: u64,
 }
 
 /// Where the answer to one request goes (a connection's queue): it is never dropped.

@@ -31,7 +31,9 @@ use route::Routes;
 pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
 pub use commit::{Answer, Reply};
-pub use delivery::{Delivery, LatestKey, Reach, Respond, Which, user_key};
+pub use delivery::{
+    ClusterStats, Delivery, Forget, LatestKey, PRESENCE, Reach, Respond, Which, user_key,
+};
 
 /// Settings of the send path, from the config at start-up.
 #[derive(Debug, Clone)]
@@ -52,6 +54,9 @@ pub struct Settings {
     pub handshake_secs: u64,
     pub registration: bool,
     pub max_group_members: u32,
+    /// Cluster mode: what this node caches of members and accounts is read again after
+    /// this long, even if no invalidation arrived (the bus may have lost it).
+    pub cache_max_age: Option<std::time::Duration>,
 }
 
 /// A send the plugin accepted.
@@ -71,6 +76,29 @@ pub struct LiveSend {
 /// A conversation as live sends see it, and its members to push to.
 type Members = (Arc<LiveMembers>, Arc<[String]>);
 
+/// A cached value and when it was read.
+struct Cached<T> {
+    value: T,
+    read_at: std::time::Instant,
+}
+
+impl<T> Cached<T> {
+    fn new(value: T) -> Cached<T> {
+        Cached {
+            value,
+            read_at: std::time::Instant::now(),
+        }
+    }
+
+    /// The value, unless it is older than `max_age`.
+    fn fresh(&self, max_age: Option<std::time::Duration>) -> Option<&T> {
+        match max_age {
+            Some(age) if self.read_at.elapsed() > age => None,
+            _ => Some(&self.value),
+        }
+    }
+}
+
 /// The messaging core: what the gateway and the HTTP API share.
 pub struct Core {
     pub store: Store,
@@ -81,14 +109,16 @@ pub struct Core {
     pub settings: Settings,
     /// What the server refused or cut off, counted for the logs (and the metrics).
     pub guards: Arc<Guards>,
+    /// Commit batches run since start-up (every committer's).
+    pub batches: Arc<AtomicU64>,
     /// One queue per committer.
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
     /// Members by conversation, for live sends, with their roles, mutes and blocks; dropped
     /// by every change this node commits to them.
-    members: Mutex<HashMap<i64, Members>>,
+    members: Mutex<HashMap<i64, Cached<Members>>>,
     /// What this node read of each account seen in a token (`accounts.rs`).
-    accounts: Mutex<HashMap<String, accounts::Account>>,
+    accounts: Mutex<HashMap<String, Cached<accounts::Account>>>,
     /// Message ids (the committers' and the server's tips).
     pub(crate) ids: Arc<IdGen>,
     /// Moves on with every change of the member cache, so a read that raced a change does
@@ -111,6 +141,7 @@ impl Core {
         let routes = Arc::new(Routes::new(committers));
         let ids = Arc::new(IdGen::new(settings.node_id));
         let recipients = Arc::new(RecipientCache::default());
+        let batches = Arc::new(AtomicU64::new(0));
         let mut commits = Vec::new();
         for _ in 0..routes.committers() {
             let (tx, rx) = mpsc::channel(settings.batch_max * 8);
@@ -123,6 +154,7 @@ impl Core {
                 routes.clone(),
                 recipients.clone(),
                 settings.clone(),
+                batches.clone(),
             ));
         }
         Arc::new(Core {
@@ -132,6 +164,7 @@ impl Core {
             tokens,
             settings,
             guards: Arc::new(Guards::default()),
+            batches,
             commits,
             routes,
             members: Mutex::new(HashMap::new()),
@@ -323,7 +356,8 @@ impl Core {
         let key = (conversation_id, user_key(sender), live.content_type);
         let reach = self
             .delivery
-            .push(&members, &frame, live.delivery, Some(key), except);
+            .push_counted(&members, &frame, live.delivery, Some(key), except)
+            .await;
         Ok(LiveAck {
             live: true,
             conversation_id,
@@ -352,22 +386,51 @@ impl Core {
         Ok(id)
     }
 
-    /// Forgets every conversation's members (an account was renamed in all of them).
-    pub(crate) fn forget_all_members(&self) {
-        let mut cache = self.members.lock().expect("members");
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        cache.clear();
+    /// Drops what `forget` names from this node's caches and tells the other nodes to.
+    pub(crate) fn forget(&self, forget: Forget) {
+        self.drop_cached(&forget);
+        self.delivery.announce(&forget);
     }
 
-    /// Drops the cached members of a conversation whose membership changed.
-    pub(crate) fn forget_members(&self, conversation_id: i64) {
-        let mut cache = self.members.lock().expect("members");
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        cache.remove(&conversation_id);
+    /// Drops what `forget` names from this node's caches (another node changed it).
+    pub fn drop_cached(&self, forget: &Forget) {
+        match forget {
+            Forget::Members(id) => {
+                let mut cache = self.members.lock().expect("members");
+                self.generation.fetch_add(1, Ordering::AcqRel);
+                cache.remove(id);
+            }
+            Forget::AllMembers => {
+                let mut cache = self.members.lock().expect("members");
+                self.generation.fetch_add(1, Ordering::AcqRel);
+                cache.clear();
+            }
+            Forget::Account(user) => {
+                self.accounts.lock().expect("accounts").remove(user);
+            }
+            Forget::Plugin { name, enabled } => {
+                if self.registry.set_enabled(name, *enabled).is_some() {
+                    tracing::info!(plugin = %name, enabled, "plugin switched on another node");
+                }
+            }
+        }
+    }
+
+    /// Drops every cached member list and account (the bus was away: what changed
+    /// meanwhile was not heard).
+    pub fn drop_all_cached(&self) {
+        self.drop_cached(&Forget::AllMembers);
+        self.accounts.lock().expect("accounts").clear();
     }
 
     async fn members_of(&self, conversation_id: i64) -> Result<Members, Error> {
-        if let Some(m) = self.members.lock().expect("members").get(&conversation_id) {
+        if let Some(m) = self
+            .members
+            .lock()
+            .expect("members")
+            .get(&conversation_id)
+            .and_then(|c| c.fresh(self.settings.cache_max_age))
+        {
             return Ok(m.clone());
         }
         // A change that commits while we read must not leave its old members cached.
@@ -382,7 +445,7 @@ impl Core {
         let entry = (Arc::new(live), members);
         let mut cache = self.members.lock().expect("members");
         if self.generation.load(Ordering::Acquire) == generation {
-            cache.insert(conversation_id, entry.clone());
+            cache.insert(conversation_id, Cached::new(entry.clone()));
         }
         Ok(entry)
     }

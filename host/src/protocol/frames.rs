@@ -305,3 +305,22 @@ pub struct ReadFrame {
     pub conversation_id: i64,
     pub seq: i64,
 }
+
+/// A friend came online or went offline (live: never stored).
+pub fn presence(user_id: &str, online: bool, at: i64) -> Utf8Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Presence<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        user_id: &'a str,
+        online: bool,
+        server_time: i64,
+    }
+    encode(&Presence {
+        kind: "presence",
+        user_id,
+        online,
+        server_time: at,
+    })
+}

@@ -52,7 +52,7 @@ pub fn pair(a: &str, b: &str) -> Pair {
 }
 
 /// Why the server closes a connection. The code goes in the WebSocket close frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Close {
     /// A newer connection of the same device took over.
     Replaced,

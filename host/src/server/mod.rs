@@ -11,9 +11,11 @@ use anyhow::Context as _;
 
 use crate::api::{AppState, app};
 use crate::auth::{Tokens, random_bytes};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::gateway::hub::Hub;
+use crate::gateway::links::{Alone, PresenceThrottle};
 use crate::messaging::{Core, Settings};
 use crate::plugins::PluginRegistry;
 use crate::store::Store;
@@ -34,7 +36,7 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
         recall_window_ms: (config.messaging.recall_window_secs as i64).saturating_mul(1000),
         batch_max: config.storage.batch_max,
         committers: config.storage.committers,
-        node_id: config.server.node_id,
+        node_id: config.node_id(),
         max_frame_bytes: config.gateway.max_frame_bytes,
         heartbeat_secs: config.gateway.heartbeat_secs,
         send_rate_per_sec: config.gateway.send_rate_per_sec,
@@ -45,10 +47,37 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
         handshake_secs: config.gateway.handshake_secs,
         registration: config.auth.registration,
         max_group_members: config.messaging.max_group_members.max(1),
+        cache_max_age: config
+            .cluster
+            .as_ref()
+            .map(|c| Duration::from_secs(c.cache_secs)),
     };
     let hub = Arc::new(Hub::new(config.gateway.node_outbox_bytes));
-    let core = Core::start(store, registry, tokens, settings, hub.clone());
-    Ok(Gateway { core, hub })
+    let interval = Duration::from_secs(config.messaging.presence_interval_secs);
+    match &config.cluster {
+        None => {
+            let core = Core::start(store, registry, tokens, settings, hub.clone());
+            let presence = PresenceThrottle::new(core.clone(), interval);
+            Ok(Gateway {
+                core,
+                hub,
+                links: Arc::new(Alone { presence }),
+            })
+        }
+        Some(c) => {
+            let (cluster, incoming) = Cluster::start(c, config.server.listen, hub.clone())
+                .await
+                .context("refusing to start in cluster mode")?;
+            let core = Core::start(store, registry, tokens, settings, cluster.clone());
+            let presence = PresenceThrottle::new(core.clone(), interval);
+            cluster.attach(core.clone(), presence, incoming);
+            Ok(Gateway {
+                core,
+                hub,
+                links: cluster,
+            })
+        }
+    }
 }
 
 pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
@@ -73,7 +102,8 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
 
     let gateway = start_core(&config, registry.clone())
         .await
-        .context("refusing to start, the database did not open")?;
+        .context("refusing to start")?;
+    let links = gateway.links.clone();
     let core = gateway.core.clone();
     tracing::info!(
         storage = ?core.store.dialect(),
@@ -128,6 +158,7 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         },
     )
     .await;
+    links.shutdown().await;
     core.store.close().await;
     Ok(())
 }

@@ -45,7 +45,9 @@ impl Core {
             .drop_user_stream(&alias)
             .await
             .map_err(crate::store::unavailable)?;
-        self.forget_all_members();
+        // Other nodes read the account again now that it is marked deleted.
+        self.forget_account(user_id);
+        self.forget(crate::messaging::Forget::AllMembers);
         tracing::info!(alias = %alias, "account deleted");
         Ok(alias)
     }

@@ -9,6 +9,7 @@
 mod accounts;
 mod friends;
 mod groups;
+pub mod presence;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,7 +156,7 @@ impl Core {
     /// Pushes what a committed change produced.
     fn publish(&self, fx: Effects) {
         if let Some(id) = fx.members_changed {
-            self.forget_members(id);
+            self.forget(crate::messaging::Forget::Members(id));
         }
         for (tip, recipients) in &fx.tips {
             let frame = frames::notify_stored(tip);

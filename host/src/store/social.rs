@@ -258,6 +258,55 @@ pub async fn set_block(
 }
 
 impl Store {
+    /// Which of `users` `viewer` may see the presence of: friends, and the other current
+    /// members of a private conversation or group (not a channel) the viewer is a current
+    /// member of — unless they block the viewer.
+    pub async fn presence_visible(
+        &self,
+        viewer: &str,
+        users: &[String],
+    ) -> sqlx::Result<HashSet<String>> {
+        let d = self.dialect();
+        let mut out = HashSet::new();
+        for chunk in shaped_chunks(users) {
+            let n = chunk.len();
+            let one = |at| super::placeholders(d, at, 1);
+            let list = |at| super::placeholders(d, at, n);
+            let sql = format!(
+                "SELECT v.u FROM (
+                   SELECT friend_id AS u FROM friendships
+                    WHERE user_id = {} AND active = 1 AND friend_id IN ({})
+                   UNION
+                   SELECT m2.user_id AS u FROM members m1
+                     JOIN conversations c ON c.conversation_id = m1.conversation_id
+                     JOIN members m2 ON m2.conversation_id = m1.conversation_id
+                    WHERE m1.user_id = {} AND m1.left_at_seq IS NULL AND m1.state = 0
+                      AND c.conversation_type IN (1, 2)
+                      AND m2.left_at_seq IS NULL AND m2.state = 0 AND m2.user_id IN ({})
+                 ) v
+                 WHERE NOT EXISTS (SELECT 1 FROM blocks b
+                                    WHERE b.blocker = v.u AND b.blocked = {} AND b.active = 1)",
+                one(1),
+                list(2),
+                one(2 + n),
+                list(3 + n),
+                one(3 + 2 * n),
+            );
+            let mut q = sqlx::query(&sql).bind(viewer);
+            for u in chunk {
+                q = q.bind(u.as_str());
+            }
+            q = q.bind(viewer);
+            for u in chunk {
+                q = q.bind(u.as_str());
+            }
+            for row in q.bind(viewer).fetch_all(self.read()).await? {
+                out.insert(row.try_get::<String, _>(0)?);
+            }
+        }
+        Ok(out)
+    }
+
     /// `(friend, since)`, sorted.
     pub async fn friends(&self, user_id: &str) -> sqlx::Result<Vec<(String, i64)>> {
         self.users_since(

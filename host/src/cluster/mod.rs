@@ -1,0 +1,693 @@
+//! Cluster mode: several nodes share PostgreSQL; Redis holds the device routes and the
+//! node leases (`routes`); a bus (NATS, or Redis pub/sub) carries pushes, kicks, closes
+//! and cache invalidations to the nodes that need them (`bus`, `wire`).
+//!
+//! A node delivers to its own devices at once, through its hub. Everything for other
+//! nodes goes through one forwarder task: it takes every push queued since its last
+//! round (at least a whole commit batch), reads the routes of all their users in one
+//! Redis round trip, and publishes one message per node that holds any of those devices,
+//! in commit order. The bus is only the fast path: what it loses, devices pull.
+
+mod bus;
+mod health;
+mod routes;
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use serde_json::value::RawValue;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Utf8Bytes;
+
+use crate::auth::random_bytes;
+use crate::config::ClusterConfig;
+use crate::gateway::hub::{Device, Hub};
+use crate::gateway::links::{Links, PresenceThrottle};
+use crate::messaging::{ClusterStats, Core, Delivery, Forget, LatestKey, Reach, Which};
+use crate::plugins::Delivery as Class;
+use crate::protocol::Close;
+use bus::{Bus, Incoming};
+use health::{Health, Part};
+use routes::Routes;
+
+/// How long one Redis call may take before the node treats Redis as away.
+const REDIS_WAIT: Duration = Duration::from_secs(2);
+
+/// Items the forwarder may hold; beyond, a push to other nodes is dropped (and pulled).
+const FORWARD_QUEUE: usize = 65_536;
+
+/// What the forwarder sends.
+enum Out {
+    Push(Outgoing),
+    /// A message for one node.
+    To(u16, Vec<u8>),
+    /// A message for every node.
+    All(Vec<u8>),
+}
+
+struct Outgoing {
+    users: Vec<String>,
+    devices: Option<Vec<String>>,
+    frame: Utf8Bytes,
+    class: Class,
+    key: Option<LatestKey>,
+    except: u64,
+    /// Wants the number of devices it reached on other nodes.
+    counted: Option<oneshot::Sender<u32>>,
+}
+
+/// Counters for the benchmark and the logs.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Forwarder rounds that had pushes.
+    pub rounds: AtomicU64,
+    /// Messages published to the bus.
+    pub publishes: AtomicU64,
+    /// Pushes or messages for other nodes lost (queue full, bus away): pulled instead.
+    pub lost: AtomicU64,
+}
+
+pub struct Cluster {
+    node: u16,
+    prefix: String,
+    hub: Arc<Hub>,
+    routes: Routes,
+    bus: Bus,
+    health: Arc<Health>,
+    out: mpsc::Sender<Out>,
+    /// This instance's value in its node lease.
+    token: String,
+    lease: Duration,
+    refresh: Duration,
+    pub stats: Stats,
+    core: OnceLock<Arc<Core>>,
+    presence: OnceLock<Arc<PresenceThrottle>>,
+}
+
+/// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
+pub(crate) async fn connect_redis(
+    client: &redis::Client,
+) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(REDIS_WAIT))
+        .set_response_timeout(Some(REDIS_WAIT))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_secs(1));
+    client.get_connection_manager_with_config(config).await
+}
+
+impl Cluster {
+    /// Connects to Redis and the bus and claims `node_id`. Refuses to start when Redis is
+    /// unreachable or a live node holds the number (after waiting out the lease of one
+    /// that died). Pushes flow from here; incoming messages from `attach`.
+    pub async fn start(
+        c: &ClusterConfig,
+        listen: std::net::SocketAddr,
+        hub: Arc<Hub>,
+    ) -> anyhow::Result<(Arc<Cluster>, mpsc::Receiver<Incoming>)> {
+        let client = redis::Client::open(c.redis_url.as_str())
+            .with_context(|| format!("cluster.redis_url {:?}", c.redis_url))?;
+        let redis = tokio::time::timeout(Duration::from_secs(5), connect_redis(&client))
+            .await
+            .map_err(|_| anyhow::anyhow!("Redis at {} did not answer within 5 s", c.redis_url))?
+            .with_context(|| format!("Redis at {} is unreachable", c.redis_url))?;
+        let lease = Duration::from_secs(c.lease_secs);
+        let routes = Routes::new(
+            redis,
+            &c.prefix,
+            c.node_id,
+            Duration::from_secs(c.route_ttl_secs),
+        );
+        let token = format!(
+            "{listen} pid {} {}",
+            std::process::id(),
+            hex::encode(random_bytes::<6>())
+        );
+        claim(&routes, c.node_id, &token, lease).await?;
+        let health = Arc::new(Health::default());
+        let (bus, incoming) = Bus::connect(c, health.clone())
+            .await
+            .with_context(|| format!("the bus at {}", c.bus_url))?;
+        let (out, rx) = mpsc::channel(FORWARD_QUEUE);
+        let cluster = Arc::new(Cluster {
+            node: c.node_id,
+            prefix: c.prefix.clone(),
+            hub,
+            routes,
+            bus,
+            health,
+            out,
+            token,
+            lease,
+            refresh: Duration::from_secs(c.refresh_secs),
+            stats: Stats::default(),
+            core: OnceLock::new(),
+            presence: OnceLock::new(),
+        });
+        tokio::spawn(cluster.clone().forward(rx));
+        tracing::info!(node = c.node_id, bus = ?c.bus, prefix = %c.prefix, "joined the cluster");
+        Ok((cluster, incoming))
+    }
+
+    /// Starts hearing the other nodes (the core drops what they invalidate) and keeping
+    /// the routes and the lease.
+    pub fn attach(
+        self: &Arc<Self>,
+        core: Arc<Core>,
+        presence: Arc<PresenceThrottle>,
+        incoming: mpsc::Receiver<Incoming>,
+    ) {
+        let _ = self.core.set(core.clone());
+        let _ = self.presence.set(presence);
+        tokio::spawn(self.clone().receive(incoming, core));
+        tokio::spawn(self.clone().upkeep());
+    }
+
+    fn queue(&self, item: Out) {
+        if self.out.try_send(item).is_err() {
+            self.stats.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn enqueue_push(
+        &self,
+        users: &[String],
+        devices: Option<Vec<String>>,
+        frame: &Utf8Bytes,
+        class: Class,
+        key: Option<LatestKey>,
+        except: u64,
+        counted: Option<oneshot::Sender<u32>>,
+    ) {
+        self.queue(Out::Push(Outgoing {
+            users: users.to_vec(),
+            devices,
+            frame: frame.clone(),
+            class,
+            key,
+            except,
+            counted,
+        }));
+    }
+
+    fn broadcast(&self, message: wire::Message<'_>) {
+        self.queue(Out::All(wire::encode(self.node, message)));
+    }
+
+    fn presence_changed(&self, user: &str) {
+        if let Some(p) = self.presence.get() {
+            p.changed(user);
+        }
+    }
+
+    async fn redis<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
+        match tokio::time::timeout(REDIS_WAIT, call).await {
+            Ok(Ok(v)) => {
+                self.health.recover(Part::Routes);
+                Some(v)
+            }
+            Ok(Err(e)) => {
+                self.health.fail(Part::Routes, &format!("Redis: {e}"));
+                None
+            }
+            Err(_) => {
+                self.health.fail(Part::Routes, "Redis did not answer");
+                None
+            }
+        }
+    }
+
+    /// The forwarder: one round per wake-up, in the order things were queued.
+    async fn forward(self: Arc<Self>, mut rx: mpsc::Receiver<Out>) {
+        let mut buf = Vec::with_capacity(4096);
+        let mut pushes = Vec::new();
+        while rx.recv_many(&mut buf, 4096).await > 0 {
+            for item in buf.drain(..) {
+                match item {
+                    Out::Push(p) => pushes.push(p),
+                    other => {
+                        if !pushes.is_empty() {
+                            self.round(std::mem::take(&mut pushes)).await;
+                        }
+                        let (subject, bytes) = match other {
+                            Out::To(node, bytes) => (bus::node_subject(&self.prefix, node), bytes),
+                            Out::All(bytes) => (bus::all_subject(&self.prefix), bytes),
+                            Out::Push(_) => unreachable!(),
+                        };
+                        self.publish(subject, bytes).await;
+                    }
+                }
+            }
+            if !pushes.is_empty() {
+                self.round(std::mem::take(&mut pushes)).await;
+            }
+        }
+    }
+
+    async fn publish(&self, subject: String, bytes: Vec<u8>) {
+        match self.bus.publish(subject, bytes).await {
+            Ok(()) => {
+                self.stats.publishes.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.stats.lost.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("a bus message was lost ({e}); devices will pull");
+            }
+        }
+    }
+
+    /// Reads the routes of every user of `pushes` at once and publishes one message to
+    /// each other node that holds any of their devices. Without the routes (Redis away),
+    /// one message to every node: each pushes to whatever devices it holds.
+    async fn round(&self, mut pushes: Vec<Outgoing>) {
+        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let mut counters: Vec<Option<oneshot::Sender<u32>>> =
+            pushes.iter_mut().map(|p| p.counted.take()).collect();
+        let frames: Vec<Option<&RawValue>> = pushes
+            .iter()
+            .map(|p| serde_json::from_str::<&RawValue>(p.frame.as_str()).ok())
+            .collect();
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut users: Vec<&str> = Vec::new();
+        for p in &pushes {
+            for u in &p.users {
+                index.entry(u.as_str()).or_insert_with(|| {
+                    users.push(u.as_str());
+                    users.len() - 1
+                });
+            }
+        }
+        let Some(routes) = self.redis(self.routes.lookup(&users)).await else {
+            let all: Vec<wire::Push<'_>> = pushes
+                .iter()
+                .zip(&frames)
+                .filter_map(|(p, f)| {
+                    Some(wire_push(
+                        p,
+                        p.users.iter().map(String::as_str).collect(),
+                        (*f)?,
+                    ))
+                })
+                .collect();
+            self.publish(
+                bus::all_subject(&self.prefix),
+                wire::encode(self.node, wire::Message::Push(all)),
+            )
+            .await;
+            for tx in counters.into_iter().flatten() {
+                let _ = tx.send(0);
+            }
+            return;
+        };
+        let mut by_node: HashMap<u16, Vec<wire::Push<'_>>> = HashMap::new();
+        for ((p, frame), counter) in pushes.iter().zip(&frames).zip(&mut counters) {
+            let Some(frame) = *frame else { continue };
+            let mut reached = 0u32;
+            let mut here: HashMap<u16, Vec<&str>> = HashMap::new();
+            for u in &p.users {
+                for (device, route) in &routes[index[u.as_str()]] {
+                    if route.node == self.node || route.session == p.except {
+                        continue;
+                    }
+                    if p.devices.as_ref().is_some_and(|d| !d.contains(device)) {
+                        continue;
+                    }
+                    reached += 1;
+                    let list = here.entry(route.node).or_default();
+                    if list.last() != Some(&u.as_str()) {
+                        list.push(u.as_str());
+                    }
+                }
+            }
+            for (node, users) in here {
+                by_node
+                    .entry(node)
+                    .or_default()
+                    .push(wire_push(p, users, frame));
+            }
+            if let Some(tx) = counter.take() {
+                let _ = tx.send(reached);
+            }
+        }
+        for (node, list) in by_node {
+            self.publish(
+                bus::node_subject(&self.prefix, node),
+                wire::encode(self.node, wire::Message::Push(list)),
+            )
+            .await;
+        }
+    }
+
+    /// What other nodes said.
+    async fn receive(self: Arc<Self>, mut incoming: mpsc::Receiver<Incoming>, core: Arc<Core>) {
+        while let Some(item) = incoming.recv().await {
+            let bytes = match item {
+                Incoming::Message(bytes) => bytes,
+                Incoming::Reconnected => {
+                    // What was said while the bus was away is lost: read everything again.
+                    core.drop_all_cached();
+                    continue;
+                }
+            };
+            let envelope = match wire::decode(&bytes) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!("an unreadable bus message was ignored: {e}");
+                    continue;
+                }
+            };
+            if envelope.from == self.node {
+                continue;
+            }
+            match envelope.message {
+                wire::Message::Push(list) => {
+                    for p in list {
+                        let frame = Utf8Bytes::from(p.frame.get().to_string());
+                        match &p.devices {
+                            Some(devices) => {
+                                self.hub.push_devices(p.users[0], devices, &frame, p.class);
+                            }
+                            None => {
+                                let users: Vec<String> =
+                                    p.users.iter().map(|u| u.to_string()).collect();
+                                self.hub.push(&users, &frame, p.class, p.key, p.except);
+                            }
+                        }
+                    }
+                }
+                wire::Message::Kick {
+                    user,
+                    device,
+                    session,
+                } => {
+                    self.hub.kick(user, device, session, Close::Replaced);
+                }
+                wire::Message::Close { user, token, why } => {
+                    let which = match token.as_deref().map(hex::decode) {
+                        None => Which::All,
+                        Some(Ok(bytes)) => match <[u8; 16]>::try_from(bytes.as_slice()) {
+                            Ok(t) => Which::Token(t),
+                            Err(_) => continue,
+                        },
+                        Some(Err(_)) => continue,
+                    };
+                    self.hub.close(user, which, why);
+                }
+                wire::Message::Forget(f) => core.drop_cached(&f),
+            }
+        }
+    }
+
+    /// Keeps the lease and the routes, and takes out the routes of nodes that died. A
+    /// Redis that comes back (empty, it keeps nothing on disk) gets this node's routes
+    /// again at once.
+    async fn upkeep(self: Arc<Self>) {
+        let mut refreshed = Instant::now();
+        let beat = (self.lease / 3).max(Duration::from_millis(500));
+        loop {
+            let failing = self.health.failing(Part::Routes);
+            tokio::time::sleep(if failing {
+                Duration::from_secs(1)
+            } else {
+                beat
+            })
+            .await;
+            match self
+                .redis(self.routes.keep_lease(&self.token, self.lease))
+                .await
+            {
+                Some(true) => {
+                    self.health.recover(Part::Lease);
+                }
+                Some(false) => {
+                    self.health.fail(
+                        Part::Lease,
+                        &format!("another instance holds cluster.node_id {}", self.node),
+                    );
+                }
+                None => continue,
+            }
+            if failing || refreshed.elapsed() >= self.refresh {
+                let connections = self.hub.connections();
+                let Some(lost) = self.redis(self.routes.refresh(&connections)).await else {
+                    continue;
+                };
+                refreshed = Instant::now();
+                for i in lost {
+                    let (user, device, session) = &connections[i];
+                    self.hub.kick(user, device, *session, Close::Replaced);
+                }
+            }
+            let Some(dead) = self.redis(self.routes.dead_nodes()).await else {
+                continue;
+            };
+            for node in dead {
+                if let Some(offline) = self.redis(self.routes.reap(node)).await {
+                    if !offline.is_empty() {
+                        tracing::info!(
+                            node,
+                            users = offline.len(),
+                            "took out a dead node's routes"
+                        );
+                    }
+                    for user in offline {
+                        self.presence_changed(&user);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn wire_push<'a>(p: &'a Outgoing, users: Vec<&'a str>, frame: &'a RawValue) -> wire::Push<'a> {
+    wire::Push {
+        users,
+        devices: p
+            .devices
+            .as_ref()
+            .map(|d| d.iter().map(String::as_str).collect()),
+        frame,
+        class: p.class,
+        key: p.key,
+        except: p.except,
+    }
+}
+
+/// Claims `node` in Redis, waiting out the lease of an instance that died holding it.
+async fn claim(routes: &Routes, node: u16, token: &str, lease: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + lease + Duration::from_secs(1);
+    let mut logged = false;
+    loop {
+        let holder = match routes.claim(token, lease).await? {
+            Ok(()) => return Ok(()),
+            Err(holder) => holder,
+        };
+        if Instant::now() >= deadline {
+            anyhow::bail!(
+                "cluster.node_id {node} is held by a live node ({holder}); give every node its own cluster.node_id"
+            );
+        }
+        if !logged {
+            tracing::warn!(
+                node, holder = %holder,
+                "cluster.node_id is held; waiting up to {} s for a node that died to release it",
+                lease.as_secs() + 1
+            );
+            logged = true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+impl Delivery for Cluster {
+    fn push(
+        &self,
+        users: &[String],
+        frame: &Utf8Bytes,
+        class: Class,
+        key: Option<LatestKey>,
+        except: u64,
+    ) -> Reach {
+        let reach = self.hub.push(users, frame, class, key, except);
+        self.enqueue_push(users, None, frame, class, key, except, None);
+        reach
+    }
+
+    fn push_devices(
+        &self,
+        user_id: &str,
+        device_ids: &[&str],
+        frame: &Utf8Bytes,
+        class: Class,
+    ) -> Reach {
+        let reach = self.hub.push_devices(user_id, device_ids, frame, class);
+        let devices = device_ids.iter().map(|d| d.to_string()).collect();
+        self.enqueue_push(
+            &[user_id.to_string()],
+            Some(devices),
+            frame,
+            class,
+            None,
+            0,
+            None,
+        );
+        reach
+    }
+
+    fn push_counted<'a>(
+        &'a self,
+        users: &'a [String],
+        frame: &'a Utf8Bytes,
+        class: Class,
+        key: Option<LatestKey>,
+        except: u64,
+    ) -> BoxFuture<'a, Reach> {
+        let local = self.hub.push(users, frame, class, key, except);
+        let (tx, rx) = oneshot::channel();
+        self.enqueue_push(users, None, frame, class, key, except, Some(tx));
+        Box::pin(async move {
+            let remote = rx.await.unwrap_or(0);
+            Reach {
+                queued: local.queued + remote,
+                dropped: local.dropped,
+            }
+        })
+    }
+
+    /// This node's devices of `user_id`.
+    fn online(&self, user_id: &str) -> Vec<String> {
+        self.hub.online(user_id)
+    }
+
+    /// Closes the user's connections on every node; how many on this one.
+    fn close(&self, user_id: &str, which: Which, why: Close) -> usize {
+        let closed = self.hub.close(user_id, which, why);
+        let token = match which {
+            Which::All => None,
+            Which::Token(t) => Some(hex::encode(t)),
+        };
+        self.broadcast(wire::Message::Close {
+            user: user_id,
+            token,
+            why,
+        });
+        closed
+    }
+
+    /// Closes the device's connection `session`, wherever it is.
+    fn kick(&self, user_id: &str, device_id: &str, session: u64, why: Close) -> bool {
+        if self.hub.kick(user_id, device_id, session, why) {
+            return true;
+        }
+        self.broadcast(wire::Message::Kick {
+            user: user_id,
+            device: device_id,
+            session,
+        });
+        false
+    }
+
+    fn online_devices(&self) -> u64 {
+        self.hub.online_devices()
+    }
+
+    fn close_all(&self) {
+        self.hub.close_all();
+    }
+
+    fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>> {
+        Box::pin(async move {
+            let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+            let routes = self.redis(self.routes.lookup(&refs)).await?;
+            Some(
+                users
+                    .iter()
+                    .zip(routes)
+                    .map(|(u, r)| !r.is_empty() || self.hub.has(u))
+                    .collect(),
+            )
+        })
+    }
+
+    fn announce(&self, forget: &Forget) {
+        self.broadcast(wire::Message::Forget(forget.clone()));
+    }
+
+    fn degraded(&self) -> Vec<String> {
+        self.health.reasons()
+    }
+
+    fn cluster(&self) -> Option<ClusterStats> {
+        Some(ClusterStats {
+            node_id: self.node,
+            rounds: self.stats.rounds.load(Ordering::Relaxed),
+            publishes: self.stats.publishes.load(Ordering::Relaxed),
+            lost: self.stats.lost.load(Ordering::Relaxed),
+        })
+    }
+}
+
+impl Links for Cluster {
+    /// Writes the device's route (the new connection wins) and tells the node of the
+    /// connection it replaced, which closes it only if it is still that session.
+    fn connected<'a>(&'a self, device: &'a Device, first: bool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let registered = self
+                .redis(
+                    self.routes
+                        .register(&device.user_id, &device.device_id, device.session),
+                )
+                .await;
+            let Some(r) = registered else {
+                // Redis is away: the refresh writes the route when it is back.
+                if first {
+                    self.presence_changed(&device.user_id);
+                }
+                return;
+            };
+            if let Some(old) = &r.replaced
+                && old.node != self.node
+            {
+                let kick = wire::Message::Kick {
+                    user: &device.user_id,
+                    device: &device.device_id,
+                    session: old.session,
+                };
+                self.queue(Out::To(old.node, wire::encode(self.node, kick)));
+            }
+            if r.replaced.is_none() && r.others == 0 {
+                self.presence_changed(&device.user_id);
+            }
+        })
+    }
+
+    /// Takes the route out if it is still this connection's.
+    fn disconnected<'a>(&'a self, device: &'a Device, last: bool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let left = self
+                .redis(
+                    self.routes
+                        .unregister(&device.user_id, &device.device_id, device.session),
+                )
+                .await;
+            match left {
+                Some(Some(0)) => self.presence_changed(&device.user_id),
+                Some(_) => {}
+                None if last => self.presence_changed(&device.user_id),
+                None => {}
+            }
+        })
+    }
+
+    /// Gives the node's number back (the routes of its connections went with them).
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.redis(self.routes.release(&self.token)).await;
+        })
+    }
+}

@@ -1,0 +1,461 @@
+//! Device routes in Redis, laid out as DESIGN.md §8 has them, under the deployment's
+//! prefix `p`:
+//!
+//! - `p:dev:{user}`: the set of the user's device ids that have (or recently had) a route;
+//! - `p:route:{user}:{device}`: `{nodeId}:{sessionId}` of the device's connection, with
+//!   an expiry (`route_ttl_secs`, 90 s) that the holding node refreshes;
+//! - `p:node:{nodeId}`: the live node's lease on its number (`lease_secs`);
+//! - `p:nodedev:{nodeId}`: the `{user}:{device}` routes a node wrote, so that when it dies
+//!   another node can take its routes out at once rather than after their expiry;
+//! - `p:nodes`: the node numbers that have run.
+//!
+//! User ids have no `:`, so `{user}:{device}` reads back unambiguously. Each change of a
+//! route is one script (atomic in Redis); the refresh of all of a node's routes is one
+//! pipeline.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{RedisResult, Script};
+
+/// Where a device is connected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub node: u16,
+    pub session: u64,
+}
+
+impl Route {
+    fn encode(&self) -> String {
+        format!("{}:{}", self.node, self.session)
+    }
+
+    fn decode(s: &str) -> Option<Route> {
+        let (node, session) = s.split_once(':')?;
+        Some(Route {
+            node: node.parse().ok()?,
+            session: session.parse().ok()?,
+        })
+    }
+}
+
+/// What registering a device's route found.
+#[derive(Debug)]
+pub struct Registered {
+    /// The route it replaced (the same device connected elsewhere, or earlier here).
+    pub replaced: Option<Route>,
+    /// The user's other devices with a live route.
+    pub others: u32,
+}
+
+/// Writes the route (the new connection wins, always), notes it under the node, and
+/// counts the user's other live devices (forgetting those whose route expired).
+/// KEYS: route, dev set, node's set. ARGV: device, value, ttl, `{user}:{device}`, the
+/// user's route-key prefix.
+const REGISTER: &str = r"
+local old = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+local others = 0
+for _, d in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if d ~= ARGV[1] then
+    if redis.call('EXISTS', ARGV[5] .. d) == 1 then others = others + 1
+    else redis.call('SREM', KEYS[2], d) end
+  end
+end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
+return {old or '', others}
+";
+
+/// Removes the route only if it is still this connection's; the user's live devices
+/// left, or -1 if the route was not this connection's (a newer one holds it).
+/// KEYS: route, dev set, node's set. ARGV: device, value, `{user}:{device}`, prefix.
+const UNREGISTER: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[3], ARGV[3])
+local left = 0
+for _, d in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if redis.call('EXISTS', ARGV[4] .. d) == 1 then left = left + 1
+  else redis.call('SREM', KEYS[2], d) end
+end
+return left
+";
+
+/// Refreshes a route this node holds, or writes it again if it expired (Redis lost it);
+/// 0 if another connection holds it now (this one was replaced and must close).
+/// KEYS: route, dev set, node's set. ARGV: device, value, ttl, `{user}:{device}`.
+const REFRESH: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[2] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[4])
+return 1
+";
+
+/// Every device route of each user: for each, its count, then (device, value) pairs
+/// (value '' when the route expired). ARGV: prefix, users…
+const LOOKUP: &str = r"
+local out = {}
+for i = 2, #ARGV do
+  local u = ARGV[i]
+  local devs = redis.call('SMEMBERS', ARGV[1] .. 'dev:' .. u)
+  table.insert(out, #devs)
+  if #devs > 0 then
+    local keys = {}
+    for j, d in ipairs(devs) do keys[j] = ARGV[1] .. 'route:' .. u .. ':' .. d end
+    local vals = redis.call('MGET', unpack(keys))
+    for j, d in ipairs(devs) do
+      table.insert(out, d)
+      table.insert(out, vals[j] or '')
+    end
+  end
+end
+return out
+";
+
+/// Keeps this node's lease: refreshed if it holds it, taken again if it lapsed (Redis
+/// restarted); 0 if another instance holds the number. KEYS: lease, the node set.
+/// ARGV: token, ttl, node.
+const LEASE: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+return 1
+";
+
+/// Releases the lease if this instance holds it. KEYS: lease. ARGV: token.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+";
+
+/// Most users one lookup script reads (the rest go in further scripts of one pipeline).
+const LOOKUP_CHUNK: usize = 500;
+
+pub struct Routes {
+    redis: ConnectionManager,
+    prefix: String,
+    node: u16,
+    ttl: u64,
+    register: Script,
+    unregister: Script,
+    refresh: Script,
+    lookup: Script,
+    lease: Script,
+    release: Script,
+}
+
+impl Routes {
+    pub fn new(redis: ConnectionManager, prefix: &str, node: u16, ttl: Duration) -> Routes {
+        Routes {
+            redis,
+            prefix: format!("{prefix}:"),
+            node,
+            ttl: ttl.as_secs().max(1),
+            register: Script::new(REGISTER),
+            unregister: Script::new(UNREGISTER),
+            refresh: Script::new(REFRESH),
+            lookup: Script::new(LOOKUP),
+            lease: Script::new(LEASE),
+            release: Script::new(RELEASE),
+        }
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.redis.clone()
+    }
+
+    /// Runs a pipeline of `script`'s invocations (by hash), loading the script first if
+    /// Redis does not have it (a new or restarted Redis).
+    async fn pipeline<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        script: &Script,
+    ) -> RedisResult<T> {
+        match pipe.query_async(&mut self.conn()).await {
+            Err(e) if e.to_string().contains("NoScript") => {
+                script.load_async(&mut self.conn()).await?;
+                pipe.query_async(&mut self.conn()).await
+            }
+            other => other,
+        }
+    }
+
+    fn route_key(&self, user: &str, device: &str) -> String {
+        format!("{}route:{user}:{device}", self.prefix)
+    }
+
+    fn route_prefix(&self, user: &str) -> String {
+        format!("{}route:{user}:", self.prefix)
+    }
+
+    fn dev_key(&self, user: &str) -> String {
+        format!("{}dev:{user}", self.prefix)
+    }
+
+    fn node_devices_key(&self, node: u16) -> String {
+        format!("{}nodedev:{node}", self.prefix)
+    }
+
+    fn lease_key(&self, node: u16) -> String {
+        format!("{}node:{node}", self.prefix)
+    }
+
+    fn mine(&self, session: u64) -> String {
+        Route {
+            node: self.node,
+            session,
+        }
+        .encode()
+    }
+
+    pub async fn register(
+        &self,
+        user: &str,
+        device: &str,
+        session: u64,
+    ) -> RedisResult<Registered> {
+        let (old, others): (String, u32) = self
+            .register
+            .key(self.route_key(user, device))
+            .key(self.dev_key(user))
+            .key(self.node_devices_key(self.node))
+            .arg(device)
+            .arg(self.mine(session))
+            .arg(self.ttl)
+            .arg(format!("{user}:{device}"))
+            .arg(self.route_prefix(user))
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(Registered {
+            replaced: Route::decode(&old),
+            others,
+        })
+    }
+
+    /// The user's live devices left, or `None` if a newer connection holds the route.
+    pub async fn unregister(
+        &self,
+        user: &str,
+        device: &str,
+        session: u64,
+    ) -> RedisResult<Option<u32>> {
+        let left: i64 = self
+            .unregister
+            .key(self.route_key(user, device))
+            .key(self.dev_key(user))
+            .key(self.node_devices_key(self.node))
+            .arg(device)
+            .arg(self.mine(session))
+            .arg(format!("{user}:{device}"))
+            .arg(self.route_prefix(user))
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(u32::try_from(left).ok())
+    }
+
+    /// Refreshes every route of this node's connections in one pipeline; the connections
+    /// whose route another connection holds now.
+    pub async fn refresh(&self, connections: &[(String, String, u64)]) -> RedisResult<Vec<usize>> {
+        let mut lost = Vec::new();
+        for (start, chunk) in connections
+            .chunks(1000)
+            .enumerate()
+            .map(|(i, c)| (i * 1000, c))
+        {
+            let mut pipe = redis::pipe();
+            for (user, device, session) in chunk {
+                let mut inv = self.refresh.key(self.route_key(user, device));
+                inv.key(self.dev_key(user))
+                    .key(self.node_devices_key(self.node))
+                    .arg(device)
+                    .arg(self.mine(*session))
+                    .arg(self.ttl)
+                    .arg(format!("{user}:{device}"));
+                pipe.invoke_script(&inv);
+            }
+            let held: Vec<i64> = self.pipeline(&pipe, &self.refresh).await?;
+            lost.extend(
+                held.iter()
+                    .enumerate()
+                    .filter(|(_, h)| **h == 0)
+                    .map(|(i, _)| start + i),
+            );
+        }
+        Ok(lost)
+    }
+
+    /// The live routes of each of `users` (by index): (device, route).
+    pub async fn lookup(&self, users: &[&str]) -> RedisResult<Vec<Vec<(String, Route)>>> {
+        let mut out = Vec::with_capacity(users.len());
+        if users.is_empty() {
+            return Ok(out);
+        }
+        let mut pipe = redis::pipe();
+        for chunk in users.chunks(LOOKUP_CHUNK) {
+            let mut inv = self.lookup.arg(&self.prefix);
+            for u in chunk {
+                inv.arg(*u);
+            }
+            pipe.invoke_script(&inv);
+        }
+        let replies: Vec<Vec<redis::Value>> = self.pipeline(&pipe, &self.lookup).await?;
+        for reply in replies {
+            let mut it = reply.into_iter();
+            while let Some(n) = it.next() {
+                let n: usize = redis::from_redis_value(n)?;
+                let mut devices = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (Some(d), Some(v)) = (it.next(), it.next()) else {
+                        break;
+                    };
+                    let device: String = redis::from_redis_value(d)?;
+                    let value: String = redis::from_redis_value(v)?;
+                    if let Some(route) = Route::decode(&value) {
+                        devices.push((device, route));
+                    }
+                }
+                out.push(devices);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Claims this node's number: `Err(holder)` if a live instance holds it.
+    pub async fn claim(&self, token: &str, ttl: Duration) -> RedisResult<Result<(), String>> {
+        let mut conn = self.conn();
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(self.lease_key(self.node))
+            .arg(token)
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl.as_secs())
+            .query_async(&mut conn)
+            .await?;
+        if taken.is_some() {
+            let _: i64 = redis::cmd("SADD")
+                .arg(format!("{}nodes", self.prefix))
+                .arg(self.node)
+                .query_async(&mut conn)
+                .await?;
+            return Ok(Ok(()));
+        }
+        let holder: Option<String> = redis::cmd("GET")
+            .arg(self.lease_key(self.node))
+            .query_async(&mut conn)
+            .await?;
+        Ok(Err(holder.unwrap_or_default()))
+    }
+
+    /// Keeps the lease; `false` if another instance holds this node's number.
+    pub async fn keep_lease(&self, token: &str, ttl: Duration) -> RedisResult<bool> {
+        let held: i64 = self
+            .lease
+            .key(self.lease_key(self.node))
+            .key(format!("{}nodes", self.prefix))
+            .arg(token)
+            .arg(ttl.as_secs())
+            .arg(self.node)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(held == 1)
+    }
+
+    pub async fn release(&self, token: &str) -> RedisResult<()> {
+        let _: i64 = self
+            .release
+            .key(self.lease_key(self.node))
+            .arg(token)
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// Nodes that ran and whose lease lapsed: they died without taking their routes out.
+    pub async fn dead_nodes(&self) -> RedisResult<Vec<u16>> {
+        let mut conn = self.conn();
+        let nodes: Vec<u16> = redis::cmd("SMEMBERS")
+            .arg(format!("{}nodes", self.prefix))
+            .query_async(&mut conn)
+            .await?;
+        let mut dead = Vec::new();
+        for n in nodes.into_iter().filter(|n| *n != self.node) {
+            let alive: bool = redis::cmd("EXISTS")
+                .arg(self.lease_key(n))
+                .query_async(&mut conn)
+                .await?;
+            if !alive {
+                dead.push(n);
+            }
+        }
+        Ok(dead)
+    }
+
+    /// Takes a dead node's routes out (one node does it: the first to claim the job);
+    /// the users it leaves with no live device.
+    pub async fn reap(&self, dead: u16) -> RedisResult<Vec<String>> {
+        let mut conn = self.conn();
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(format!("{}reap:{dead}", self.prefix))
+            .arg(self.node)
+            .arg("NX")
+            .arg("EX")
+            .arg(30)
+            .query_async(&mut conn)
+            .await?;
+        if claimed.is_none() {
+            return Ok(Vec::new());
+        }
+        let entries: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.node_devices_key(dead))
+            .query_async(&mut conn)
+            .await?;
+        let mut users: HashMap<String, ()> = HashMap::new();
+        for entry in &entries {
+            let Some((user, device)) = entry.split_once(':') else {
+                continue;
+            };
+            let route: Option<String> = redis::cmd("GET")
+                .arg(self.route_key(user, device))
+                .query_async(&mut conn)
+                .await?;
+            if route
+                .as_deref()
+                .and_then(Route::decode)
+                .is_some_and(|r| r.node == dead)
+            {
+                let mut pipe = redis::pipe();
+                pipe.cmd("DEL")
+                    .arg(self.route_key(user, device))
+                    .cmd("SREM")
+                    .arg(self.dev_key(user))
+                    .arg(device);
+                let _: () = pipe.query_async(&mut conn).await?;
+                users.insert(user.to_string(), ());
+            }
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL")
+            .arg(self.node_devices_key(dead))
+            .cmd("SREM")
+            .arg(format!("{}nodes", self.prefix))
+            .arg(dead);
+        let _: () = pipe.query_async(&mut conn).await?;
+        let users: Vec<String> = users.into_keys().collect();
+        let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+        let routes = self.lookup(&refs).await?;
+        Ok(users
+            .into_iter()
+            .zip(routes)
+            .filter(|(_, r)| r.is_empty())
+            .map(|(u, _)| u)
+            .collect())
+    }
+}

@@ -1,0 +1,124 @@
+//! What a node does beyond its hub when a device connects or goes. On a node alone: tell
+//! the user's friends when it comes online or goes offline. In cluster mode (`cluster`)
+//! the device's route in Redis is written and removed too, and presence is what the
+//! routes say.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+
+use super::hub::Device;
+use crate::messaging::Core;
+
+/// Connections as the rest of the deployment sees them.
+pub trait Links: Send + Sync {
+    /// `device` is in the hub now (before its hello is written); `first` if it is its
+    /// user's first device on this node.
+    fn connected<'a>(&'a self, device: &'a Device, first: bool) -> BoxFuture<'a, ()>;
+
+    /// `device` left the hub; `last` if it was its user's last device on this node.
+    fn disconnected<'a>(&'a self, device: &'a Device, last: bool) -> BoxFuture<'a, ()>;
+
+    /// The node stops (its connections are closed).
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// A node alone: its hub is every connection there is.
+pub struct Alone {
+    pub presence: Arc<PresenceThrottle>,
+}
+
+impl Links for Alone {
+    fn connected<'a>(&'a self, device: &'a Device, first: bool) -> BoxFuture<'a, ()> {
+        if first {
+            self.presence.changed(&device.user_id);
+        }
+        Box::pin(std::future::ready(()))
+    }
+
+    fn disconnected<'a>(&'a self, device: &'a Device, last: bool) -> BoxFuture<'a, ()> {
+        if last {
+            self.presence.changed(&device.user_id);
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// At most one presence frame per user per interval: a change within the interval of
+/// the last one told is told at its end, if the user's presence then still differs from
+/// what friends were last told (a device that reconnects at once is never told at all).
+pub struct PresenceThrottle {
+    core: Arc<Core>,
+    interval: Duration,
+    told: Mutex<HashMap<String, Told>>,
+}
+
+struct Told {
+    at: Instant,
+    online: Option<bool>,
+    /// A task will look again and tell.
+    pending: bool,
+}
+
+/// Users whose last presence is remembered before old entries are pruned.
+const REMEMBERED: usize = 100_000;
+
+impl PresenceThrottle {
+    pub fn new(core: Arc<Core>, interval: Duration) -> Arc<PresenceThrottle> {
+        Arc::new(PresenceThrottle {
+            core,
+            interval,
+            told: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `user_id` may have come online or gone offline.
+    pub fn changed(self: &Arc<Self>, user_id: &str) {
+        let now = Instant::now();
+        let wait = {
+            let mut told = self.told.lock().expect("presence");
+            if told.len() >= REMEMBERED && !told.contains_key(user_id) {
+                let interval = self.interval;
+                told.retain(|_, t| t.pending || now.duration_since(t.at) < interval);
+            }
+            let t = told.entry(user_id.to_string()).or_insert(Told {
+                at: now.checked_sub(self.interval).unwrap_or(now),
+                online: None,
+                pending: false,
+            });
+            if t.pending {
+                return;
+            }
+            t.pending = true;
+            (t.at + self.interval).saturating_duration_since(now)
+        };
+        let this = self.clone();
+        let user = user_id.to_string();
+        tokio::spawn(async move {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            let online = this.core.is_online(&user).await;
+            let tell = {
+                let mut told = this.told.lock().expect("presence");
+                let Some(t) = told.get_mut(&user) else { return };
+                t.pending = false;
+                match online {
+                    Some(now_online) if t.online != Some(now_online) => {
+                        t.online = Some(now_online);
+                        t.at = Instant::now();
+                        Some(now_online)
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(online) = tell {
+                this.core.tell_friends(&user, online).await;
+            }
+        });
+    }
+}

@@ -1,0 +1,588 @@
+//! Cluster mode from the outside: several `courier` processes on one PostgreSQL database,
+//! with real Redis and NATS, and clients spread over them. The machine's Redis and NATS
+//! serve the tests that only need them up (each test has its own key and subject
+//! prefix); the tests that stop one start a private server of their own.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::cluster::{Private, Wiring, eventually, health, node, nodes, refused, services};
+use common::groups::{create, id_of, say};
+use common::server::{Backend, Db, Server, User, Ws, call, ok, peer, send_ok, text};
+use serde_json::{Value, json};
+
+/// The next `notify` of a text, skipping everything else.
+async fn next_text(ws: &mut Ws) -> Value {
+    ws.until(|f| f["type"] == "notify" && f["contentType"] == 1)
+        .await
+        .0
+}
+
+/// The next push of the text `body`.
+async fn text_arrives(ws: &mut Ws, body: &str) -> Value {
+    ws.until(|f| f["type"] == "notify" && f["payload"]["text"] == body)
+        .await
+        .0
+}
+
+fn typing(id: &str, cid: i64) -> Value {
+    json!({"type": "send", "id": id, "clientMsgId": id, "conversationType": 1,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}})
+}
+
+async fn befriend(a_node: &Server, a: &User, b_node: &Server, b: &User) {
+    let r = ok(
+        a_node,
+        a,
+        "POST",
+        "/v1/friends/requests",
+        Some(json!({ "userId": b.id })),
+    )
+    .await;
+    let rid = r["requestId"].as_str().unwrap();
+    ok(
+        b_node,
+        b,
+        "POST",
+        &format!("/v1/friends/requests/{rid}/accept"),
+        None,
+    )
+    .await;
+}
+
+/// Sends typing until the node refuses it with `code` (bounded).
+async fn until_refused(ws: &mut Ws, cid: i64, code: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for i in 0.. {
+        let frame = typing(&format!("until-{code}-{i}"), cid);
+        ws.send(frame.clone()).await;
+        let (f, _) = ws.until(|f| f["id"] == frame["id"]).await;
+        if f["type"] == "error" && f["code"] == code {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never refused with {code}: {f}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `GET /v1/presence` as `viewer`: `userId → online`.
+async fn presence(s: &Server, viewer: &User, users: &str) -> HashMap<String, bool> {
+    let got = ok(
+        s,
+        viewer,
+        "GET",
+        &format!("/v1/presence?userIds={users}"),
+        None,
+    )
+    .await;
+    got["presence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["userId"].as_str().unwrap().to_string(),
+                p["online"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Texts of a conversation as pulled, in seq order.
+async fn pulled_texts(s: &Server, u: &User, cid: i64) -> Vec<String> {
+    let all = s.pull_all(u, cid).await;
+    let seqs: Vec<i64> = all.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "a gap: {seqs:?}");
+    all.iter()
+        .map(|m| m["payload"]["text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_group_echo_and_live_delivery_cross_nodes() {
+    let Some(svc) = services("cluster_delivery") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-delivery").await;
+    let w = Wiring::nats(&svc, "delivery");
+    let n = nodes(&db, &w, 3).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let carol = n[2].user("carol").await;
+    let mut a_phone = n[0].connect(&alice, "phone").await;
+    let mut a_laptop = n[2].connect(&alice, "laptop").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+    let mut c = n[2].connect(&carol, "phone").await;
+
+    // Private, node 1 → node 2, and the echo to the sender's device on node 3.
+    let ack = send_ok(&mut a_phone, text("1", "p-1", peer("bob"), "hi bob")).await;
+    let cid = ack["conversationId"].as_i64().unwrap();
+    let got = next_text(&mut b).await;
+    assert_eq!(
+        (got["payload"]["text"].as_str(), got["seq"].as_i64()),
+        (Some("hi bob"), Some(1))
+    );
+    let echo = next_text(&mut a_laptop).await;
+    assert_eq!(
+        (echo["seq"].as_i64(), echo["conversationId"].as_i64()),
+        (Some(1), Some(cid))
+    );
+    // The sending connection is not pushed its own message.
+    let reply = send_ok(&mut b, text("2", "p-2", peer("alice"), "hi alice")).await;
+    assert_eq!(reply["seq"], 2);
+    assert_eq!(next_text(&mut a_phone).await["payload"]["text"], "hi alice");
+    assert_eq!(
+        next_text(&mut a_laptop).await["payload"]["text"],
+        "hi alice"
+    );
+
+    // A group whose members are on three nodes: every member sees every text, in seq
+    // order.
+    let g = id_of(
+        &create(
+            &n[0],
+            &alice,
+            json!({"name": "G", "members": ["bob", "carol"]}),
+        )
+        .await,
+    );
+    // Each sends over HTTP to its own node, so every device of every member is pushed
+    // all three.
+    say(&n[0], &alice, g, 2, "from alice").await;
+    say(&n[1], &bob, g, 2, "from bob").await;
+    say(&n[2], &carol, g, 2, "from carol").await;
+    let expected = ["from alice", "from bob", "from carol"];
+    for (who, ws) in [
+        ("alice's phone", &mut a_phone),
+        ("alice's laptop", &mut a_laptop),
+        ("bob", &mut b),
+        ("carol", &mut c),
+    ] {
+        let mut seen = Vec::new();
+        while seen.len() < expected.len() {
+            let f = ws
+                .until(|f| {
+                    f["type"] == "notify" && f["conversationId"] == g && f["contentType"] == 1
+                })
+                .await
+                .0;
+            seen.push((
+                f["seq"].as_i64().unwrap(),
+                f["payload"]["text"].as_str().unwrap().to_string(),
+            ));
+        }
+        assert!(
+            seen.windows(2).all(|p| p[0].0 < p[1].0),
+            "{who}: out of order {seen:?}"
+        );
+        let texts: Vec<&str> = seen.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(texts, expected, "{who}");
+    }
+
+    // A live kind crosses nodes too, and its ack counts the devices on every node.
+    let ack = send_ok(&mut a_phone, typing("t1", cid)).await;
+    assert_eq!(
+        (ack["live"].as_bool(), ack["delivered"].as_u64()),
+        (Some(true), Some(2))
+    );
+    for ws in [&mut b, &mut a_laptop] {
+        let f = ws
+            .until(|f| f["type"] == "notify" && f["contentType"] == 5)
+            .await
+            .0;
+        assert_eq!(f["senderId"], "alice");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_on_another_node_replaces_the_connection_and_a_late_kick_spares_the_newer() {
+    let Some(svc) = services("cluster_kick") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-kick").await;
+    let w = Wiring::nats(&svc, "kick");
+    let n = nodes(&db, &w, 3).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[2].user("bob").await;
+    let mut b = n[2].connect(&bob, "phone").await;
+    for round in 0..5 {
+        let device = format!("phone{round}");
+        // Node 1, then node 2, then node 1 again at once: node 2's kick of the first
+        // connection may reach node 1 after the third registered there.
+        let mut first = n[0].connect(&alice, &device).await;
+        let mut second = n[1].connect(&alice, &device).await;
+        let mut third = n[0].connect(&alice, &device).await;
+        assert_eq!(
+            first.closed().await.0,
+            Some(4001),
+            "round {round}: the first"
+        );
+        assert_eq!(
+            second.closed().await.0,
+            Some(4001),
+            "round {round}: the second"
+        );
+        let body = format!("still there? {round}");
+        send_ok(
+            &mut b,
+            text(
+                &format!("r{round}"),
+                &format!("k-{round}"),
+                peer("alice"),
+                &body,
+            ),
+        )
+        .await;
+        text_arrives(&mut third, &body).await;
+        assert_eq!(
+            third.next_within(Duration::from_millis(300)).await,
+            None,
+            "round {round}: the newest connection must stay open"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_is_what_the_routes_say_and_only_friends_and_co_members_see_it() {
+    let Some(svc) = services("cluster_presence") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-presence").await;
+    let w = Wiring::nats(&svc, "presence");
+    let n = nodes(&db, &w, 3).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let carol = n[2].user("carol").await;
+    befriend(&n[0], &alice, &n[1], &bob).await;
+    let mut bw = Ws::connect_query(&n[1].addr, &bob.token, "phone", "&presence=true")
+        .await
+        .unwrap();
+    assert_eq!(
+        presence(&n[2], &bob, "alice,carol").await,
+        HashMap::from([("alice".to_string(), false)]),
+        "carol is no friend of bob's and shares no conversation: left out"
+    );
+    let a = n[0].connect(&alice, "phone").await;
+    let f = bw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (f["userId"].as_str(), f["online"].as_bool()),
+        (Some("alice"), Some(true))
+    );
+    assert_eq!(presence(&n[2], &bob, "alice").await["alice"], true);
+    assert!(presence(&n[0], &carol, "alice,bob").await.is_empty());
+    // A second device does not change alice's presence; the last one leaving does.
+    let a2 = n[2].connect(&alice, "laptop").await;
+    a.close().await;
+    assert_eq!(presence(&n[1], &bob, "alice").await["alice"], true);
+    a2.close().await;
+    let f = bw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (f["userId"].as_str(), f["online"].as_bool()),
+        (Some("alice"), Some(false))
+    );
+    assert_eq!(presence(&n[2], &bob, "alice").await["alice"], false);
+    // Carol, once in a group with alice, may see her.
+    create(&n[0], &alice, json!({"name": "G", "members": ["carol"]})).await;
+    assert_eq!(
+        presence(&n[2], &carol, "alice").await,
+        HashMap::from([("alice".to_string(), false)])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_mid_stream_loses_nothing_after_reconnect_and_pull() {
+    let Some(svc) = services("cluster_kill") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-kill").await;
+    let w = Wiring::nats(&svc, "kill");
+    let mut n = nodes(&db, &w, 3).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let mut a = n[0].connect(&alice, "phone").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+    let cid = send_ok(&mut a, text("0", "m-0", peer("bob"), "m0")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let mut bob_seq = next_text(&mut b).await["seq"].as_i64().unwrap();
+    for i in 1..100 {
+        send_ok(
+            &mut a,
+            text(
+                &i.to_string(),
+                &format!("m-{i}"),
+                peer("bob"),
+                &format!("m{i}"),
+            ),
+        )
+        .await;
+    }
+    // Bob's node dies; alice goes on sending; bob comes back on node 3 and pulls.
+    while bob_seq < 50 {
+        bob_seq = next_text(&mut b).await["seq"].as_i64().unwrap();
+    }
+    n[1].kill9();
+    for i in 100..200 {
+        send_ok(
+            &mut a,
+            text(
+                &i.to_string(),
+                &format!("m-{i}"),
+                peer("bob"),
+                &format!("m{i}"),
+            ),
+        )
+        .await;
+    }
+    let mut b = n[2].connect(&bob, "phone").await;
+    let page = n[2]
+        .get(
+            &bob,
+            &format!("/v1/conversations/{cid}/messages?afterSeq={bob_seq}&limit=500"),
+        )
+        .await;
+    let caught_up = page["messages"].as_array().unwrap();
+    assert_eq!(
+        caught_up.first().unwrap()["seq"].as_i64(),
+        Some(bob_seq + 1)
+    );
+    assert_eq!(caught_up.last().unwrap()["payload"]["text"], "m199");
+
+    // Now alice's node dies with sends in flight; she resends what was not acked, on
+    // node 3, with the same clientMsgIds.
+    for i in 200..300 {
+        a.send(text(
+            &i.to_string(),
+            &format!("m-{i}"),
+            peer("bob"),
+            &format!("m{i}"),
+        ))
+        .await;
+    }
+    let mut acked = Vec::new();
+    while acked.len() < 30 {
+        let f = a.until(|f| f["type"] == "ack").await.0;
+        acked.push(f["id"].as_str().unwrap().parse::<usize>().unwrap());
+    }
+    n[0].kill9();
+    let mut a = n[2].connect(&alice, "phone").await;
+    for i in 200..300 {
+        if acked.contains(&i) {
+            continue;
+        }
+        send_ok(
+            &mut a,
+            text(
+                &i.to_string(),
+                &format!("m-{i}"),
+                peer("bob"),
+                &format!("m{i}"),
+            ),
+        )
+        .await;
+    }
+    let expected: Vec<String> = (0..300).map(|i| format!("m{i}")).collect();
+    assert_eq!(pulled_texts(&n[2], &bob, cid).await, expected);
+    // Bob's device on node 3 was pushed the last one.
+    text_arrives(&mut b, "m299").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselves() {
+    let Some(svc) = services("cluster_bus_down") else {
+        return;
+    };
+    let Some(mut nats) = Private::nats("cluster_bus_down") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-bus-down").await;
+    let mut w = Wiring::nats(&svc, "bus-down");
+    w.bus_url = nats.url();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let mut a = n[0].connect(&alice, "phone").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+    let cid = send_ok(&mut a, text("0", "m-0", peer("bob"), "m0")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let last = next_text(&mut b).await["seq"].as_i64().unwrap();
+
+    nats.down();
+    for s in &n {
+        eventually("healthz says degraded, naming NATS", || async {
+            let h = health(s).await;
+            h["status"] == "degraded" && h["reasons"].to_string().contains("NATS")
+        })
+        .await;
+    }
+    for i in 1..=20 {
+        send_ok(
+            &mut a,
+            text(
+                &i.to_string(),
+                &format!("m-{i}"),
+                peer("bob"),
+                &format!("m{i}"),
+            ),
+        )
+        .await;
+    }
+    nats.up();
+    for s in &n {
+        eventually("healthz is ok again", || async {
+            health(s).await["status"] == "ok"
+        })
+        .await;
+    }
+    // Pushes flow again; bob sees the gap and pulls what the bus lost.
+    send_ok(&mut a, text("21", "m-21", peer("bob"), "m21")).await;
+    let pushed = text_arrives(&mut b, "m21").await["seq"].as_i64().unwrap();
+    assert!(pushed > last + 1, "a gap to pull");
+    let page = n[1]
+        .get(
+            &bob,
+            &format!("/v1/conversations/{cid}/messages?afterSeq={last}&limit=500"),
+        )
+        .await;
+    let texts: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["payload"]["text"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (1..=21).map(|i| format!("m{i}")).collect();
+    assert_eq!(texts, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_back() {
+    let Some(svc) = services("cluster_redis_down") else {
+        return;
+    };
+    let Some(mut redis) = Private::redis("cluster_redis_down") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-redis-down").await;
+    let mut w = Wiring::nats(&svc, "redis-down");
+    w.redis = redis.url();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let carol = n[0].user("carol").await;
+    let mut a = n[0].connect(&alice, "phone").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+    let mut c = n[0].connect(&carol, "phone").await;
+    send_ok(&mut a, text("0", "b-0", peer("bob"), "to bob 0")).await;
+    text_arrives(&mut b, "to bob 0").await;
+
+    redis.down();
+    for s in &n {
+        eventually("healthz says degraded, naming Redis", || async {
+            let h = health(s).await;
+            h["status"] == "degraded" && h["reasons"].to_string().contains("Redis")
+        })
+        .await;
+    }
+    // Local delivery and pulls go on; without routes a push goes to every node.
+    send_ok(&mut a, text("1", "c-1", peer("carol"), "to carol")).await;
+    text_arrives(&mut c, "to carol").await;
+    send_ok(&mut a, text("2", "b-1", peer("bob"), "to bob 1")).await;
+    text_arrives(&mut b, "to bob 1").await;
+    let (status, _) = call(&n[1], &alice, "GET", "/v1/presence?userIds=bob", None).await;
+    assert_eq!(status, 503, "presence cannot be read without Redis");
+
+    // Redis comes back empty; the nodes write their routes again by themselves.
+    redis.up();
+    for s in &n {
+        eventually("healthz is ok again", || async {
+            health(s).await["status"] == "ok"
+        })
+        .await;
+    }
+    eventually("bob's route is back", || async {
+        presence(&n[0], &alice, "bob").await.get("bob") == Some(&true)
+    })
+    .await;
+    send_ok(&mut a, text("3", "b-2", peer("bob"), "to bob 2")).await;
+    text_arrives(&mut b, "to bob 2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_one_node_changes_the_others_stop_caching_at_once() {
+    let Some(svc) = services("cluster_caches") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-caches").await;
+    let mut w = Wiring::nats(&svc, "caches");
+    // No staleness fallback within the test: only the bus can make the others forget.
+    w.extra = "cache_secs = 3600".into();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let mut a = n[0].connect(&alice, "phone").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+    let cid = send_ok(&mut a, text("0", "o-0", peer("bob"), "hello")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    // Node 2 caches the conversation for bob's live sends.
+    assert_eq!(send_ok(&mut b, typing("t0", cid)).await["delivered"], 1);
+
+    // A block made on node 1 stops bob's live sends on node 2.
+    ok(&n[0], &alice, "PUT", "/v1/blocks/bob", None).await;
+    until_refused(&mut b, cid, "blocked").await;
+    ok(&n[0], &alice, "DELETE", "/v1/blocks/bob", None).await;
+
+    // A plugin switched off on node 1 is off on node 2.
+    let admin = common::server::ADMIN_TOKEN;
+    let (st, _) = n[0]
+        .http("POST", "/admin/plugins/typing/disable", Some(admin), None)
+        .await;
+    assert_eq!(st, 200);
+    until_refused(&mut b, cid, "content_type_disabled").await;
+    let (st, _) = n[0]
+        .http("POST", "/admin/plugins/typing/enable", Some(admin), None)
+        .await;
+    assert_eq!(st, 200);
+
+    // A logout on node 1 closes bob's connection on node 2 and his token stops working
+    // there.
+    let (st, _) = call(&n[0], &bob, "POST", "/v1/auth/logout", None).await;
+    assert_eq!(st, 200);
+    assert_eq!(b.closed().await.0, Some(4003));
+    let (st, _) = call(&n[1], &bob, "GET", "/v1/conversations", None).await;
+    assert_eq!(st, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_refuses_sqlite_and_a_second_node_with_the_same_id() {
+    // Needs nothing but the binary: the config check refuses before anything connects.
+    let db = Db::new(&Backend::Sqlite, "cluster-sqlite").await;
+    let w = Wiring {
+        redis: "redis://127.0.0.1:1".into(),
+        bus: "nats",
+        bus_url: "nats://127.0.0.1:1".into(),
+        prefix: "unused".into(),
+        extra: String::new(),
+    };
+    let log = refused(&db, &w, 1, "sqlite-node");
+    assert!(log.contains("cluster mode needs PostgreSQL"), "{log}");
+
+    let Some(svc) = services("cluster_duplicate_node") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-duplicate").await;
+    let w = Wiring::nats(&svc, "duplicate");
+    let first = node(&db, &w, 7, "");
+    let log = refused(&db, &w, 7, "second-node7");
+    assert!(
+        log.contains("cluster.node_id 7 is held by a live node"),
+        "{log}"
+    );
+    assert_eq!(health(&first).await["status"], "ok");
+}

@@ -1,0 +1,236 @@
+//! Cluster tests: several `courier` nodes on one PostgreSQL database, with the Redis and
+//! NATS of the machine (`.ci/run` names them) or private ones a test starts and stops.
+//! Each test has its own database and its own key and subject prefix.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::server::{Backend, Db, FAST, Sections, Server};
+
+pub const REDIS_ENV: &str = "REDIS_TEST_URL";
+pub const NATS_ENV: &str = "NATS_TEST_URL";
+
+/// What a cluster test runs on.
+pub struct Services {
+    pub postgres: Backend,
+    pub redis: String,
+    pub nats: String,
+}
+
+/// PostgreSQL, Redis and NATS from the environment, or `None` after saying why the test
+/// is skipped.
+pub fn services(test: &str) -> Option<Services> {
+    let postgres = Backend::postgres(test)?;
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match (var(REDIS_ENV), var(NATS_ENV)) {
+        (Some(redis), Some(nats)) => Some(Services {
+            postgres,
+            redis,
+            nats,
+        }),
+        _ => {
+            eprintln!("{test}: skipped: cluster tests need {REDIS_ENV} and {NATS_ENV}");
+            None
+        }
+    }
+}
+
+/// A prefix no other test (or run) uses.
+pub fn prefix(test: &str) -> String {
+    format!(
+        "t{}-{}-{}",
+        test.replace('_', "-"),
+        std::process::id(),
+        fastrand::u32(..)
+    )
+}
+
+/// How the nodes of a test reach Redis and the bus.
+#[derive(Clone)]
+pub struct Wiring {
+    pub redis: String,
+    /// `nats` or `redis`.
+    pub bus: &'static str,
+    pub bus_url: String,
+    pub prefix: String,
+    /// More `[cluster]` keys.
+    pub extra: String,
+}
+
+impl Wiring {
+    pub fn nats(s: &Services, test: &str) -> Wiring {
+        Wiring {
+            redis: s.redis.clone(),
+            bus: "nats",
+            bus_url: s.nats.clone(),
+            prefix: prefix(test),
+            extra: String::new(),
+        }
+    }
+
+    fn section(&self, node: u16) -> String {
+        format!(
+            "[cluster]\nnode_id = {node}\nredis_url = \"{}\"\nbus = \"{}\"\nbus_url = \"{}\"\nprefix = \"{}\"\nlease_secs = 3\n{}\n",
+            self.redis, self.bus, self.bus_url, self.prefix, self.extra
+        )
+    }
+}
+
+/// Node `node` of the cluster on `db`; `extra` adds whole sections.
+pub fn node(db: &Db, w: &Wiring, node: u16, extra: &str) -> Server {
+    let sections = format!("{}{FAST}{extra}", w.section(node));
+    Server::start_named(
+        db,
+        &format!("node{node}"),
+        Sections {
+            extra: &sections,
+            ..Sections::default()
+        },
+    )
+}
+
+/// `n` nodes, numbered from 1.
+pub async fn nodes(db: &Db, w: &Wiring, n: u16) -> Vec<Server> {
+    (1..=n).map(|i| node(db, w, i, "")).collect()
+}
+
+/// The log of a node that must refuse to start.
+pub fn refused(db: &Db, w: &Wiring, node: u16, name: &str) -> String {
+    let sections = w.section(node);
+    Server::refused(
+        db,
+        name,
+        Sections {
+            extra: &sections,
+            ..Sections::default()
+        },
+    )
+}
+
+/// `GET /healthz`.
+pub async fn health(s: &Server) -> Value {
+    s.http("GET", "/healthz", None, None).await.1
+}
+
+/// Waits (bounded) until `check` holds; panics with `what` if it never does.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A Redis or NATS server of the test's own, on a loopback port, that it may stop and
+/// start again (on the same port).
+pub struct Private {
+    program: &'static str,
+    args: Vec<String>,
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Private {
+    /// `redis-server` keeping nothing on disk, or `None` (said why) if it is not here.
+    pub fn redis(test: &str) -> Option<Private> {
+        let port = free_port();
+        Private::start(
+            test,
+            "redis-server",
+            vec![
+                "--port".into(),
+                port.to_string(),
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--save".into(),
+                String::new(),
+                "--appendonly".into(),
+                "no".into(),
+            ],
+            port,
+        )
+    }
+
+    /// `nats-server` on loopback, or `None` (said why) if it is not here.
+    pub fn nats(test: &str) -> Option<Private> {
+        let port = free_port();
+        Private::start(
+            test,
+            "nats-server",
+            vec![
+                "-a".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+            ],
+            port,
+        )
+    }
+
+    fn start(test: &str, program: &'static str, args: Vec<String>, port: u16) -> Option<Private> {
+        if Command::new(program).arg("--version").output().is_err() {
+            eprintln!("{test}: skipped: {program} is not installed");
+            return None;
+        }
+        let mut p = Private {
+            program,
+            args,
+            port,
+            child: None,
+        };
+        p.up();
+        Some(p)
+    }
+
+    pub fn url(&self) -> String {
+        match self.program {
+            "redis-server" => format!("redis://127.0.0.1:{}", self.port),
+            _ => format!("nats://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// Starts it and waits until it accepts connections.
+    pub fn up(&mut self) {
+        let child = Command::new(self.program)
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", self.program));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "{} did not start", self.program);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills it (`kill -9`).
+    pub fn down(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        self.down();
+    }
+}

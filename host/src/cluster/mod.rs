@@ -28,7 +28,7 @@ use crate::auth::random_bytes;
 use crate::config::ClusterConfig;
 use crate::gateway::hub::{Device, Hub};
 use crate::gateway::links::{Links, PresenceThrottle};
-use crate::messaging::{ClusterStats, Core, Delivery, Forget, LatestKey, Reach, Which};
+use crate::messaging::{ClusterStats, Core, Delivery, Forget, LatestKey, Push, Reach, Which};
 use crate::plugins::Delivery as Class;
 use crate::protocol::Close;
 use bus::{Bus, Incoming};
@@ -43,7 +43,8 @@ const FORWARD_QUEUE: usize = 65_536;
 
 /// What the forwarder sends.
 enum Out {
-    Push(Outgoing),
+    /// One commit's pushes (or one push), kept together in one round.
+    Pushes(Vec<Outgoing>),
     /// A message for one node.
     To(u16, Vec<u8>),
     /// A message for every node.
@@ -51,7 +52,7 @@ enum Out {
 }
 
 struct Outgoing {
-    users: Vec<String>,
+    users: Arc<[String]>,
     devices: Option<Vec<String>>,
     frame: Utf8Bytes,
     class: Class,
@@ -61,10 +62,30 @@ struct Outgoing {
     counted: Option<oneshot::Sender<u32>>,
 }
 
+impl Outgoing {
+    fn new(
+        users: &[String],
+        frame: &Utf8Bytes,
+        class: Class,
+        key: Option<LatestKey>,
+        except: u64,
+    ) -> Outgoing {
+        Outgoing {
+            users: Arc::from(users),
+            devices: None,
+            frame: frame.clone(),
+            class,
+            key,
+            except,
+            counted: None,
+        }
+    }
+}
+
 /// Counters for the benchmark and the logs.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Forwarder rounds that had pushes.
+    /// Forwarder rounds that had pushes; a commit's pushes are never split between two.
     pub rounds: AtomicU64,
     /// Messages published to the bus.
     pub publishes: AtomicU64,
@@ -174,27 +195,6 @@ impl Cluster {
         }
     }
 
-    fn enqueue_push(
-        &self,
-        users: &[String],
-        devices: Option<Vec<String>>,
-        frame: &Utf8Bytes,
-        class: Class,
-        key: Option<LatestKey>,
-        except: u64,
-        counted: Option<oneshot::Sender<u32>>,
-    ) {
-        self.queue(Out::Push(Outgoing {
-            users: users.to_vec(),
-            devices,
-            frame: frame.clone(),
-            class,
-            key,
-            except,
-            counted,
-        }));
-    }
-
     fn broadcast(&self, message: wire::Message<'_>) {
         self.queue(Out::All(wire::encode(self.node, message)));
     }
@@ -229,7 +229,7 @@ impl Cluster {
         while rx.recv_many(&mut buf, 4096).await > 0 {
             for item in buf.drain(..) {
                 match item {
-                    Out::Push(p) => pushes.push(p),
+                    Out::Pushes(p) => pushes.extend(p),
                     other => {
                         if !pushes.is_empty() {
                             self.round(std::mem::take(&mut pushes)).await;
@@ -237,7 +237,7 @@ impl Cluster {
                         let (subject, bytes) = match other {
                             Out::To(node, bytes) => (bus::node_subject(&self.prefix, node), bytes),
                             Out::All(bytes) => (bus::all_subject(&self.prefix), bytes),
-                            Out::Push(_) => unreachable!(),
+                            Out::Pushes(_) => unreachable!(),
                         };
                         self.publish(subject, bytes).await;
                     }
@@ -275,7 +275,7 @@ impl Cluster {
         let mut index: HashMap<&str, usize> = HashMap::new();
         let mut users: Vec<&str> = Vec::new();
         for p in &pushes {
-            for u in &p.users {
+            for u in p.users.iter() {
                 index.entry(u.as_str()).or_insert_with(|| {
                     users.push(u.as_str());
                     users.len() - 1
@@ -309,7 +309,7 @@ impl Cluster {
             let Some(frame) = *frame else { continue };
             let mut reached = 0u32;
             let mut here: HashMap<u16, Vec<&str>> = HashMap::new();
-            for u in &p.users {
+            for u in p.users.iter() {
                 for (device, route) in &routes[index[u.as_str()]] {
                     if route.node == self.node || route.session == p.except {
                         continue;
@@ -505,6 +505,27 @@ async fn claim(routes: &Routes, node: u16, token: &str, lease: Duration) -> anyh
 }
 
 impl Delivery for Cluster {
+    /// This node's devices now; every other node's in one round of the forwarder.
+    fn push_all(&self, pushes: Vec<Push>) {
+        if pushes.is_empty() {
+            return;
+        }
+        let mut round = Vec::with_capacity(pushes.len());
+        for p in pushes {
+            self.hub.push(&p.users, &p.frame, p.class, p.key, p.except);
+            round.push(Outgoing {
+                users: p.users,
+                devices: None,
+                frame: p.frame,
+                class: p.class,
+                key: p.key,
+                except: p.except,
+                counted: None,
+            });
+        }
+        self.queue(Out::Pushes(round));
+    }
+
     fn push(
         &self,
         users: &[String],
@@ -514,7 +535,9 @@ impl Delivery for Cluster {
         except: u64,
     ) -> Reach {
         let reach = self.hub.push(users, frame, class, key, except);
-        self.enqueue_push(users, None, frame, class, key, except, None);
+        self.queue(Out::Pushes(vec![Outgoing::new(
+            users, frame, class, key, except,
+        )]));
         reach
     }
 
@@ -526,16 +549,9 @@ impl Delivery for Cluster {
         class: Class,
     ) -> Reach {
         let reach = self.hub.push_devices(user_id, device_ids, frame, class);
-        let devices = device_ids.iter().map(|d| d.to_string()).collect();
-        self.enqueue_push(
-            &[user_id.to_string()],
-            Some(devices),
-            frame,
-            class,
-            None,
-            0,
-            None,
-        );
+        let mut out = Outgoing::new(&[user_id.to_string()], frame, class, None, 0);
+        out.devices = Some(device_ids.iter().map(|d| d.to_string()).collect());
+        self.queue(Out::Pushes(vec![out]));
         reach
     }
 
@@ -549,7 +565,9 @@ impl Delivery for Cluster {
     ) -> BoxFuture<'a, Reach> {
         let local = self.hub.push(users, frame, class, key, except);
         let (tx, rx) = oneshot::channel();
-        self.enqueue_push(users, None, frame, class, key, except, Some(tx));
+        let mut out = Outgoing::new(users, frame, class, key, except);
+        out.counted = Some(tx);
+        self.queue(Out::Pushes(vec![out]));
         Box::pin(async move {
             let remote = rx.await.unwrap_or(0);
             Reach {

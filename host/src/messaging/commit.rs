@@ -9,10 +9,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Settings;
 use super::batch::{BatchContext, IdGen, Op, Outcome, Target};
-use super::delivery::{Delivery, Respond};
+use super::delivery::{Push, Respond};
 use super::route::{Routes, pair};
 use crate::clock::now_ms;
-use crate::plugins::Delivery as Class;
 use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, SendAck};
 use crate::store::Store;
@@ -87,16 +86,28 @@ const CONFLICT_RETRIES: usize = 5;
 /// forward.
 const BROKEN_RETRIES: usize = 1;
 
-pub async fn run(
-    mut rx: mpsc::Receiver<Job>,
-    store: Store,
-    delivery: Arc<dyn Delivery>,
-    ids: Arc<IdGen>,
-    routes: Arc<Routes>,
-    recipients: Arc<RecipientCache>,
-    settings: Settings,
-    batches: Arc<std::sync::atomic::AtomicU64>,
-) {
+/// What every committer shares.
+pub struct Shared {
+    pub store: Store,
+    pub delivery: Arc<dyn super::Delivery>,
+    pub ids: Arc<IdGen>,
+    pub routes: Arc<Routes>,
+    pub recipients: Arc<RecipientCache>,
+    pub settings: Settings,
+    /// Batches committed (or failed) since start-up.
+    pub batches: Arc<std::sync::atomic::AtomicU64>,
+}
+
+pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
+    let Shared {
+        store,
+        delivery,
+        ids,
+        routes,
+        recipients,
+        settings,
+        batches,
+    } = &*shared;
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
     let mut replies: Vec<(Reply, u64)> = Vec::with_capacity(settings.batch_max);
@@ -107,7 +118,7 @@ pub async fn run(
         }
         let started = std::time::Instant::now();
         let result =
-            commit_with_retries(&store, &ops, &ids, &recipients, settings.recall_window_ms).await;
+            commit_with_retries(store, &ops, ids, recipients, settings.recall_window_ms).await;
         batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(
             ops = ops.len(),
@@ -116,6 +127,7 @@ pub async fn run(
         );
         match result {
             Ok(outcomes) => {
+                let mut pushes = Vec::with_capacity(outcomes.len());
                 for ((op, (reply, key)), outcome) in
                     ops.drain(..).zip(replies.drain(..)).zip(outcomes)
                 {
@@ -131,8 +143,10 @@ pub async fn run(
                     {
                         routes.learn(pair(&m.sender_id, peer), message.conversation_id, key);
                     }
-                    deliver(&*delivery, reply, outcome);
+                    deliver(reply, outcome, &mut pushes);
                 }
+                // After every answer of the batch, all its pushes at once.
+                delivery.push_all(pushes);
             }
             Err(e) => {
                 tracing::error!(batch = ops.len(), "commit failed: {e}");
@@ -181,8 +195,8 @@ async fn commit_with_retries(
     }
 }
 
-/// Answers one op, then pushes what it changed.
-fn deliver(delivery: &dyn Delivery, reply: Reply, outcome: Outcome) {
+/// Answers one op and adds what it changed to the batch's pushes.
+fn deliver(reply: Reply, outcome: Outcome, pushes: &mut Vec<Push>) {
     let except = reply.session();
     match outcome {
         Outcome::Sent {
@@ -195,7 +209,7 @@ fn deliver(delivery: &dyn Delivery, reply: Reply, outcome: Outcome) {
             // whose first push was lost (a crash between commit and push) gets it now.
             if !recipients.is_empty() {
                 let frame = frames::notify_stored(&message);
-                delivery.push(&recipients, &frame, Class::Persistent, None, except);
+                pushes.push(Push::persistent(recipients, frame, except));
             }
         }
         Outcome::Read {
@@ -215,18 +229,12 @@ fn deliver(delivery: &dyn Delivery, reply: Reply, outcome: Outcome) {
             }));
             if moved {
                 let own = frames::read(conversation_id, &user_id, read_seq, Some(unread));
-                delivery.push(
-                    std::slice::from_ref(&user_id),
-                    &own,
-                    Class::Persistent,
-                    None,
-                    except,
-                );
+                pushes.push(Push::persistent(Arc::from([user_id.clone()]), own, except));
                 if conversation_type == 1 {
-                    let peers: Vec<String> =
+                    let peers: Arc<[String]> =
                         members.iter().filter(|m| **m != user_id).cloned().collect();
                     let receipt = frames::read(conversation_id, &user_id, read_seq, None);
-                    delivery.push(&peers, &receipt, Class::Persistent, None, 0);
+                    pushes.push(Push::persistent(peers, receipt, 0));
                 }
             }
         }

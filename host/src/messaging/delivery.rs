@@ -4,6 +4,7 @@
 //! a request go to its `Respond`, whatever carried the request.
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,30 @@ pub enum Forget {
     Plugin { name: String, enabled: bool },
 }
 
+/// One push of a commit's (`Delivery::push_all`).
+#[derive(Debug, Clone)]
+pub struct Push {
+    pub users: Arc<[String]>,
+    pub frame: Utf8Bytes,
+    pub class: Class,
+    pub key: Option<LatestKey>,
+    /// The session not to push to (the one that sent it), 0: none.
+    pub except: u64,
+}
+
+impl Push {
+    /// A stored message, a tip or an event for `users`.
+    pub fn persistent(users: Arc<[String]>, frame: Utf8Bytes, except: u64) -> Push {
+        Push {
+            users,
+            frame,
+            class: Class::Persistent,
+            key: None,
+            except,
+        }
+    }
+}
+
 /// Frames to devices, and their connections.
 pub trait Delivery: Send + Sync {
     /// Queues `frame` for every online device of `users`, except the session `except`
@@ -69,6 +94,14 @@ pub trait Delivery: Send + Sync {
         key: Option<LatestKey>,
         except: u64,
     ) -> Reach;
+
+    /// Every push one commit made, in order. In cluster mode the other nodes get them in
+    /// one bus message per node, never one per push.
+    fn push_all(&self, pushes: Vec<Push>) {
+        for p in pushes {
+            self.push(&p.users, &p.frame, p.class, p.key, p.except);
+        }
+    }
 
     /// Queues `frame` for the named devices of one user only (their connections, if
     /// online).

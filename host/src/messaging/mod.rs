@@ -32,7 +32,7 @@ pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
 pub use commit::{Answer, Reply};
 pub use delivery::{
-    ClusterStats, Delivery, Forget, LatestKey, PRESENCE, Reach, Respond, Which, user_key,
+    ClusterStats, Delivery, Forget, LatestKey, PRESENCE, Push, Reach, Respond, Which, user_key,
 };
 
 /// Settings of the send path, from the config at start-up.
@@ -142,20 +142,20 @@ impl Core {
         let ids = Arc::new(IdGen::new(settings.node_id));
         let recipients = Arc::new(RecipientCache::default());
         let batches = Arc::new(AtomicU64::new(0));
+        let shared = Arc::new(commit::Shared {
+            store: store.clone(),
+            delivery: delivery.clone(),
+            ids: ids.clone(),
+            routes: routes.clone(),
+            recipients,
+            settings: settings.clone(),
+            batches: batches.clone(),
+        });
         let mut commits = Vec::new();
         for _ in 0..routes.committers() {
             let (tx, rx) = mpsc::channel(settings.batch_max * 8);
             commits.push(tx);
-            tokio::spawn(commit::run(
-                rx,
-                store.clone(),
-                delivery.clone(),
-                ids.clone(),
-                routes.clone(),
-                recipients.clone(),
-                settings.clone(),
-                batches.clone(),
-            ));
+            tokio::spawn(commit::run(rx, shared.clone()));
         }
         Arc::new(Core {
             store,

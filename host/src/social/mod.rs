@@ -23,8 +23,8 @@ pub use friends::Decision;
 pub use groups::{GroupPatch, NewGroup, info as groups_info};
 
 use crate::clock::now_ms;
-use crate::messaging::Core;
-use crate::plugins::{Delivery, SendContext, SenderKind};
+use crate::messaging::{Core, Push};
+use crate::plugins::{SendContext, SenderKind};
 use crate::protocol::UserEvent;
 use crate::protocol::frames;
 use crate::protocol::{Code, Error};
@@ -158,21 +158,16 @@ impl Core {
         if let Some(id) = fx.members_changed {
             self.forget(crate::messaging::Forget::Members(id));
         }
-        for (tip, recipients) in &fx.tips {
-            let frame = frames::notify_stored(tip);
-            self.delivery
-                .push(recipients, &frame, Delivery::Persistent, None, 0);
+        let mut pushes = Vec::with_capacity(fx.tips.len() + fx.events.len());
+        for (tip, recipients) in fx.tips {
+            let frame = frames::notify_stored(&tip);
+            pushes.push(Push::persistent(recipients.into(), frame, 0));
         }
         for e in &fx.events {
             let frame = frames::notify_user(e);
-            self.delivery.push(
-                std::slice::from_ref(&e.user_id),
-                &frame,
-                Delivery::Persistent,
-                None,
-                0,
-            );
+            pushes.push(Push::persistent(Arc::from([e.user_id.clone()]), frame, 0));
         }
+        self.delivery.push_all(pushes);
     }
 
     /// A payload the server emits, checked by its kind's plugin as the system: the kind's

@@ -915,6 +915,55 @@ async fn run(svc: Services, secs: f64, out: &mut Vec<(String, String)>) {
             t.line(),
         );
     }
+
+    // The same on one node without [cluster] (no Redis lookups, no bus), on a fresh
+    // database: what cluster mode itself costs on one machine.
+    let db2 = Db::new(&svc.postgres, "bench-plain").await;
+    let plain = common::server::Server::start_named(
+        &db2,
+        "plain",
+        common::server::Sections {
+            extra: common::server::FAST,
+            ..Default::default()
+        },
+    );
+    healthy(std::slice::from_ref(&plain.addr)).await;
+    if want_lat {
+        for rate in [1000u64, 5000] {
+            let l = latency(
+                &plain.addr,
+                &plain.addr,
+                &format!("plat{rate}"),
+                rate,
+                secs,
+                None,
+            )
+            .await;
+            report(
+                out,
+                format!(
+                    "send→push latency, one node without [cluster], offered {rate} msgs/s over \
+                     {LAT_PAIRS} private conversations, {secs} s"
+                ),
+                l.line(),
+            );
+        }
+    }
+    if want_tp {
+        let placement: Vec<(String, String)> = (0..TP_SENDERS)
+            .map(|_| (plain.addr.clone(), plain.addr.clone()))
+            .collect();
+        let t = throughput(&placement, "tpp", TP_WINDOW, secs).await;
+        report(
+            out,
+            format!(
+                "throughput, persistent 1:1, one node without [cluster] (fresh database): \
+                 {TP_SENDERS} senders with {TP_WINDOW} in flight each, every receiver online on \
+                 the same node, {secs} s"
+            ),
+            t.line(),
+        );
+    }
 }
 
 fn main() {

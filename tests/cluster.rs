@@ -8,7 +8,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::cluster::{Private, Wiring, eventually, health, node, nodes, refused, services};
+use common::cluster::{
+    Private, Wiring, degraded_everywhere, eventually, health, node, nodes, ok_everywhere, refused,
+    services,
+};
 use common::groups::{create, id_of, say};
 use common::server::{Backend, Db, Server, User, Ws, call, ok, peer, send_ok, text};
 use serde_json::{Value, json};
@@ -414,13 +417,7 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     let last = next_text(&mut b).await["seq"].as_i64().unwrap();
 
     nats.down();
-    for s in &n {
-        eventually("healthz says degraded, naming NATS", || async {
-            let h = health(s).await;
-            h["status"] == "degraded" && h["reasons"].to_string().contains("NATS")
-        })
-        .await;
-    }
+    degraded_everywhere(&n, "NATS").await;
     for i in 1..=20 {
         send_ok(
             &mut a,
@@ -434,12 +431,7 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
         .await;
     }
     nats.up();
-    for s in &n {
-        eventually("healthz is ok again", || async {
-            health(s).await["status"] == "ok"
-        })
-        .await;
-    }
+    ok_everywhere(&n).await;
     // Pushes flow again; bob sees the gap and pulls what the bus lost.
     send_ok(&mut a, text("21", "m-21", peer("bob"), "m21")).await;
     let pushed = text_arrives(&mut b, "m21").await["seq"].as_i64().unwrap();
@@ -482,13 +474,7 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
     text_arrives(&mut b, "to bob 0").await;
 
     redis.down();
-    for s in &n {
-        eventually("healthz says degraded, naming Redis", || async {
-            let h = health(s).await;
-            h["status"] == "degraded" && h["reasons"].to_string().contains("Redis")
-        })
-        .await;
-    }
+    degraded_everywhere(&n, "Redis").await;
     // Local delivery and pulls go on; without routes a push goes to every node.
     send_ok(&mut a, text("1", "c-1", peer("carol"), "to carol")).await;
     text_arrives(&mut c, "to carol").await;
@@ -499,12 +485,7 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
 
     // Redis comes back empty; the nodes write their routes again by themselves.
     redis.up();
-    for s in &n {
-        eventually("healthz is ok again", || async {
-            health(s).await["status"] == "ok"
-        })
-        .await;
-    }
+    ok_everywhere(&n).await;
     eventually("bob's route is back", || async {
         presence(&n[0], &alice, "bob").await.get("bob") == Some(&true)
     })

@@ -25,21 +25,20 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
-use std::collections::{HashMap, HashSet};
+use support::*;
+
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::cluster::{Services, Wiring, node, nodes, services};
-use common::server::{ADMIN_TOKEN, Db, JWT_SECRET, Server, http_at};
+use common::server::{ADMIN_TOKEN, Db, Server, http_at};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Private conversations of the latency phases.
 const LAT_PAIRS: usize = 16;
@@ -49,71 +48,6 @@ const TP_WINDOW: usize = 16;
 /// The group phase: members (the sender included) and its offered rate.
 const GROUP_MEMBERS: usize = 1000;
 const GROUP_RATE: f64 = 5.0;
-
-fn token(user: &str) -> String {
-    courier::auth::Tokens::new(JWT_SECRET.as_bytes(), 3600)
-        .issue(user)
-        .0
-}
-
-async fn http(addr: &str, method: &str, path: &str, user: &str, body: &str) -> (u16, Value) {
-    http_at(addr, method, path, Some(&token(user)), body).await
-}
-
-/// A request that must answer 200; otherwise the exact request and answer are the report.
-async fn must(addr: &str, method: &str, path: &str, user: &str, body: &str) -> Value {
-    let (st, answer) = http(addr, method, path, user, body).await;
-    assert_eq!(
-        st, 200,
-        "{method} {path} on {addr} as {user} with {body} answered {st}: {answer}"
-    );
-    answer
-}
-
-async fn connect(addr: &str, user: &str, device: &str) -> Ws {
-    let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={}", token(user));
-    let (mut ws, _) = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio_tungstenite::connect_async(url),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("connect {user} to {addr}: no answer within 30 s"))
-    .unwrap_or_else(|e| panic!("connect {user} to {addr}: {e}"));
-    let _hello = tokio::time::timeout(Duration::from_secs(30), ws.next()).await;
-    ws
-}
-
-fn frame(cmid: &str, to: &Value, content_type: u32, payload: Value) -> Message {
-    let mut f = json!({"type": "send", "id": cmid, "clientMsgId": cmid, "conversationType": 1,
-        "contentType": content_type, "payload": payload});
-    f.as_object_mut()
-        .unwrap()
-        .extend(to.as_object().unwrap().clone());
-    Message::Text(f.to_string().into())
-}
-
-/// Opens the private conversation of `a` and `b` (one message, sent on `addr`) and returns
-/// its id.
-async fn open(addr: &str, a: &str, b: &str) -> i64 {
-    let ack = must(
-        addr,
-        "POST",
-        "/v1/messages",
-        a,
-        &json!({"clientMsgId": format!("open-{a}-{b}"), "conversationType": 1, "peerId": b,
-            "contentType": 1, "payload": {"text": "open"}})
-        .to_string(),
-    )
-    .await;
-    ack["conversationId"].as_i64().unwrap()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
 
 /// `GET /admin/node` of the node at `addr`.
 async fn admin_node(addr: &str) -> Value {
@@ -548,218 +482,6 @@ impl Throughput {
     }
 }
 
-/// A text `send` into a group.
-fn group_frame(cmid: &str, cid: i64, text: &str) -> Message {
-    let to = json!({"conversationId": cid, "conversationType": 2});
-    frame(cmid, &to, 1, json!({ "text": text }))
-}
-
-/// The seq of a text `notify` of the conversation (`"conversationId":N,` as `conversation`).
-fn notify_seq(frame: &str, conversation: &str) -> Option<i64> {
-    if !frame.starts_with(r#"{"type":"notify""#)
-        || !frame.contains(conversation)
-        || !frame.contains(r#""contentType":1,"#)
-    {
-        return None;
-    }
-    let rest = &frame[frame.find(r#""seq":"#)? + 6..];
-    let end = rest.find(|c: char| !c.is_ascii_digit())?;
-    rest[..end].parse().ok()
-}
-
-/// Figures of the group fan-out.
-struct FanOut {
-    p50: f64,
-    p99: f64,
-    max: f64,
-    /// Messages sent, and those every other device got.
-    messages: usize,
-    complete: usize,
-    /// (device, seq) pairs not received exactly once, plus notifies of seqs never acked.
-    mismatches: usize,
-    /// Member devices per node (the sender's included).
-    per_node: Vec<usize>,
-}
-
-/// A group of `members` (the owner included), member `k` online with one device on node
-/// `k % nodes` (the owner, `k = 0`, on node 1); the owner sends texts at `rate` msgs/s for
-/// `secs` (at least 10). Per message, the time from just before its send until every other
-/// device has its `notify`, in ms.
-async fn group_fanout(addrs: &[String], tag: &str, members: usize, rate: f64, secs: f64) -> FanOut {
-    let home = |k: usize| &addrs[k % addrs.len()];
-    let owner = format!("{tag}o");
-    let others: Vec<String> = (1..members).map(|k| format!("{tag}m{k}")).collect();
-    // Users are known once a token of theirs was used, each on its own node.
-    must(home(0), "GET", "/v1/friends", &owner, "").await;
-    for (j, u) in others.iter().enumerate() {
-        must(home(j + 1), "GET", "/v1/friends", u, "").await;
-    }
-    let group = must(
-        home(0),
-        "POST",
-        "/v1/groups",
-        &owner,
-        &json!({"name": "bench", "members": others}).to_string(),
-    )
-    .await;
-    let cid = group["conversationId"].as_i64().unwrap();
-    assert_eq!(group["memberCount"], members as i64, "{group}");
-    let mut per_node = vec![0; addrs.len()];
-    for k in 0..members {
-        per_node[k % addrs.len()] += 1;
-    }
-
-    let n = ((rate * secs).round() as usize).max(10);
-    // Readers wait on their socket and on this, not on timers: a thousand idle tasks
-    // polling a timeout would load the servers' cores.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let conversation = format!("\"conversationId\":{cid},");
-    let complete = Arc::new(AtomicUsize::new(0));
-    let mut readers = Vec::with_capacity(others.len());
-    let connect_until = Instant::now() + Duration::from_secs(300);
-    for (j, u) in others.iter().enumerate() {
-        assert!(
-            Instant::now() < connect_until,
-            "connecting {members} devices took over 300 s"
-        );
-        let mut ws = connect(home(j + 1), u, "d").await;
-        let (mut stopped, complete) = (stopped.clone(), complete.clone());
-        let conversation = conversation.clone();
-        readers.push(tokio::spawn(async move {
-            let mut got: Vec<(i64, Instant)> = Vec::with_capacity(n);
-            let mut pinged = Instant::now();
-            loop {
-                let msg = tokio::select! {
-                    m = ws.next() => m,
-                    _ = stopped.changed() => break,
-                };
-                match msg {
-                    Some(Ok(Message::Text(t))) => {
-                        let at = Instant::now();
-                        // A scan, not a JSON parse: the client shares the servers' cores,
-                        // and a thousand parses per message would be counted as fan-out.
-                        if let Some(seq) = notify_seq(t.as_str(), &conversation) {
-                            got.push((seq, at));
-                            if got.len() == n {
-                                complete.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    _ => break,
-                }
-                // Stay within the heartbeat however long the phase is.
-                if pinged.elapsed() > Duration::from_secs(30) {
-                    let _ = ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await;
-                    pinged = Instant::now();
-                }
-            }
-            got
-        }));
-    }
-    let ws = connect(home(0), &owner, "d").await;
-    // Routes and presence of a thousand new devices settle first.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (mut sink, mut stream) = ws.split();
-    // The owner's connection gets only the acks: seq by clientMsgId.
-    let acks = tokio::spawn(async move {
-        let mut seqs = HashMap::new();
-        let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
-        while seqs.len() < n && Instant::now() < until {
-            match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("ack") => {
-                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
-                        }
-                        Some("error") => panic!("group send: {v}"),
-                        _ => {}
-                    }
-                }
-                Ok(Some(Ok(_))) => {}
-                _ => break,
-            }
-        }
-        seqs
-    });
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
-    let mut sent_at = Vec::with_capacity(n);
-    for i in 0..n {
-        tick.tick().await;
-        if Instant::now() > until {
-            break;
-        }
-        let cmid = format!("g{i}");
-        let text = format!("fan-out message {i} of a benchmark, about fifty bytes");
-        let t = Instant::now();
-        sink.send(group_frame(&cmid, cid, &text)).await.unwrap();
-        sent_at.push((cmid, t));
-    }
-    let seqs = acks.await.unwrap();
-    // Every device has all, or time is up; then a second for duplicates.
-    let until = Instant::now() + Duration::from_secs(30);
-    while complete.load(Ordering::Relaxed) < readers.len() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = stop.send(true);
-    let mut per_device = Vec::with_capacity(readers.len());
-    for r in readers {
-        per_device.push(r.await.unwrap());
-    }
-    drop(sink);
-
-    let sent: HashMap<i64, Instant> = sent_at
-        .iter()
-        .filter_map(|(cmid, t)| Some((seqs.get(cmid).copied().flatten()?, *t)))
-        .collect();
-    let mut mismatches = sent_at.len() - sent.len();
-    // Per seq: the latest first arrival over the devices, and on how many it arrived.
-    let mut last: HashMap<i64, (Instant, usize)> = HashMap::new();
-    for got in &per_device {
-        let mut count: HashMap<i64, (usize, Instant)> = HashMap::new();
-        for &(seq, at) in got {
-            count.entry(seq).or_insert((0, at)).0 += 1;
-        }
-        for (seq, (c, at)) in count {
-            if !sent.contains_key(&seq) || c != 1 {
-                mismatches += 1;
-            }
-            let e = last.entry(seq).or_insert((at, 0));
-            e.0 = e.0.max(at);
-            e.1 += 1;
-        }
-    }
-    let mut lat = Vec::with_capacity(sent.len());
-    for (seq, t) in &sent {
-        match last.get(seq) {
-            Some(&(at, c)) if c == per_device.len() => {
-                lat.push(at.duration_since(*t).as_secs_f64() * 1000.0)
-            }
-            Some(&(_, c)) => mismatches += per_device.len() - c,
-            None => mismatches += per_device.len(),
-        }
-    }
-    lat.sort_by(f64::total_cmp);
-    FanOut {
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or(f64::NAN),
-        messages: sent_at.len(),
-        complete: lat.len(),
-        mismatches,
-        per_node,
-    }
-}
-
-/// Whether a phase is selected by `BENCH_PHASES` (comma-separated: lat, batch, tp, group;
-/// all when unset).
-fn phase(name: &str) -> bool {
-    std::env::var("BENCH_PHASES").map_or(true, |p| p.split(',').any(|x| x.trim() == name))
-}
-
 /// A labelled figure, printed as it comes (stderr) and again in the summary (stdout).
 fn report(out: &mut Vec<(String, String)>, label: String, value: String) {
     eprintln!("{label}: {value}");
@@ -857,7 +579,7 @@ async fn run(svc: Services, secs: f64, out: &mut Vec<(String, String)>) {
     }
 
     if phase("group") {
-        let f = group_fanout(&addrs, "gf", GROUP_MEMBERS, GROUP_RATE, secs).await;
+        let f = group_fanout(&addrs, "gf", GROUP_MEMBERS, GROUP_RATE, secs, 10).await;
         let every = if f.mismatches == 0 {
             "every device got every message once".to_string()
         } else {

@@ -18,20 +18,19 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
+
+use support::*;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::server::{Backend, Db, JWT_SECRET, Sections, Server, http_at};
+use common::server::{Backend, Db, Sections, Server};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Send limits out of the way: the bench measures the server, not the rate limit.
 const GATEWAY: &str = "[gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
@@ -44,48 +43,6 @@ fn rss_kib(server: &Server) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-fn token(user: &str) -> String {
-    courier::auth::Tokens::new(JWT_SECRET.as_bytes(), 3600)
-        .issue(user)
-        .0
-}
-
-async fn http(addr: &str, method: &str, path: &str, user: &str, body: &str) -> (u16, Value) {
-    http_at(addr, method, path, Some(&token(user)), body).await
-}
-
-async fn connect(addr: &str, user: &str, device: &str) -> Ws {
-    let url = format!("ws://{addr}/v1/ws?deviceId={device}&token={}", token(user));
-    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-    let _hello = ws.next().await;
-    ws
-}
-
-fn frame(cmid: &str, to: &Value, content_type: u32, payload: Value) -> Message {
-    let mut f = json!({"type": "send", "id": cmid, "clientMsgId": cmid, "conversationType": 1,
-        "contentType": content_type, "payload": payload});
-    f.as_object_mut()
-        .unwrap()
-        .extend(to.as_object().unwrap().clone());
-    Message::Text(f.to_string().into())
-}
-
-/// Opens the private conversation of `a` and `b` (one message) and returns its id.
-async fn open(addr: &str, a: &str, b: &str) -> i64 {
-    let (st, ack) = http(
-        addr,
-        "POST",
-        "/v1/messages",
-        a,
-        &json!({"clientMsgId": format!("open-{a}-{b}"), "conversationType": 1, "peerId": b,
-            "contentType": 1, "payload": {"text": "open"}})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(st, 200, "{ack}");
-    ack["conversationId"].as_i64().unwrap()
 }
 
 /// `senders` connections, each its own 1:1 conversation, each keeping `window` sends in
@@ -147,13 +104,6 @@ async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: 
         t.await.unwrap();
     }
     at_deadline as f64 / elapsed
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// `rate` msgs/s spread over 50 senders for `secs` (after a second of warm-up); receivers
@@ -359,23 +309,6 @@ async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
     (rate, received.load(Ordering::Relaxed))
 }
 
-/// A request of the group phases that must answer 200; otherwise the exact request and
-/// answer are the report.
-async fn must(addr: &str, method: &str, path: &str, user: &str, body: &str) -> Value {
-    let (st, answer) = http(addr, method, path, user, body).await;
-    assert_eq!(
-        st, 200,
-        "{method} {path} as {user} with {body} answered {st}: {answer}"
-    );
-    answer
-}
-
-/// A text `send` into a group.
-fn group_frame(cmid: &str, cid: i64, text: &str) -> Message {
-    let to = json!({"conversationId": cid, "conversationType": 2});
-    frame(cmid, &to, 1, json!({ "text": text }))
-}
-
 /// Sends `n` texts into group `cid` on `ws` (64 in flight) and waits for their acks.
 async fn send_group(ws: &mut Ws, cid: i64, prefix: &str, n: usize) {
     let (mut sent, mut acked) = (0, 0);
@@ -406,186 +339,6 @@ async fn send_group(ws: &mut Ws, cid: i64, prefix: &str, n: usize) {
         }
     }
     assert_eq!(acked, n, "group send {prefix}: acks");
-}
-
-/// Figures of the group fan-out.
-struct FanOut {
-    p50: f64,
-    p99: f64,
-    max: f64,
-    messages: usize,
-    /// (device, seq) pairs not received exactly once, plus notifies of seqs never acked.
-    mismatches: usize,
-}
-
-/// A group of `members` (the owner included), every member online with one device; the
-/// owner sends texts at `rate` msgs/s for `secs` (at least 50). Per message, the time from
-/// just before its send until every other device has its `notify`, in ms.
-/// The seq of a text `notify` of the conversation (`"conversationId":N,` as `conversation`).
-fn notify_seq(frame: &str, conversation: &str) -> Option<i64> {
-    if !frame.starts_with(r#"{"type":"notify""#)
-        || !frame.contains(conversation)
-        || !frame.contains(r#""contentType":1,"#)
-    {
-        return None;
-    }
-    let rest = &frame[frame.find(r#""seq":"#)? + 6..];
-    let end = rest.find(|c: char| !c.is_ascii_digit())?;
-    rest[..end].parse().ok()
-}
-
-async fn group_fanout(addr: &str, tag: &str, members: usize, rate: f64, secs: f64) -> FanOut {
-    let owner = format!("{tag}o");
-    let others: Vec<String> = (0..members - 1).map(|i| format!("{tag}m{i}")).collect();
-    // Users are known once a token of theirs was used.
-    for u in std::iter::once(&owner).chain(&others) {
-        must(addr, "GET", "/v1/friends", u, "").await;
-    }
-    let group = must(
-        addr,
-        "POST",
-        "/v1/groups",
-        &owner,
-        &json!({"name": "bench", "members": others}).to_string(),
-    )
-    .await;
-    let cid = group["conversationId"].as_i64().unwrap();
-    assert_eq!(group["memberCount"], members as i64, "{group}");
-
-    let n = ((rate * secs).round() as usize).max(50);
-    // Readers wait on their socket and on this, not on timers: a thousand idle tasks
-    // polling a timeout would load the server's cores.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let conversation = format!("\"conversationId\":{cid},");
-    let complete = Arc::new(AtomicUsize::new(0));
-    let mut readers = Vec::with_capacity(others.len());
-    for u in &others {
-        let mut ws = connect(addr, u, "d").await;
-        let (mut stopped, complete) = (stopped.clone(), complete.clone());
-        let conversation = conversation.clone();
-        readers.push(tokio::spawn(async move {
-            let mut got: Vec<(i64, Instant)> = Vec::with_capacity(n);
-            let mut pinged = Instant::now();
-            loop {
-                let msg = tokio::select! {
-                    m = ws.next() => m,
-                    _ = stopped.changed() => break,
-                };
-                match msg {
-                    Some(Ok(Message::Text(t))) => {
-                        let at = Instant::now();
-                        // A scan, not a JSON parse: the client shares the server's cores,
-                        // and a thousand parses per message would be counted as fan-out.
-                        if let Some(seq) = notify_seq(t.as_str(), &conversation) {
-                            got.push((seq, at));
-                            if got.len() == n {
-                                complete.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    _ => break,
-                }
-                // Stay within the heartbeat however long the phase is.
-                if pinged.elapsed() > Duration::from_secs(30) {
-                    let _ = ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await;
-                    pinged = Instant::now();
-                }
-            }
-            got
-        }));
-    }
-    let ws = connect(addr, &owner, "d").await;
-    let (mut sink, mut stream) = ws.split();
-    // The owner's connection gets only the acks: seq by clientMsgId.
-    let acks = tokio::spawn(async move {
-        let mut seqs = HashMap::new();
-        let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
-        while seqs.len() < n && Instant::now() < until {
-            match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("ack") => {
-                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
-                        }
-                        Some("error") => panic!("group send: {v}"),
-                        _ => {}
-                    }
-                }
-                Ok(Some(Ok(_))) => {}
-                _ => break,
-            }
-        }
-        seqs
-    });
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
-    let mut sent_at = Vec::with_capacity(n);
-    for i in 0..n {
-        tick.tick().await;
-        if Instant::now() > until {
-            break;
-        }
-        let cmid = format!("g{i}");
-        let text = format!("fan-out message {i} of a benchmark, about fifty bytes");
-        let t = Instant::now();
-        sink.send(group_frame(&cmid, cid, &text)).await.unwrap();
-        sent_at.push((cmid, t));
-    }
-    let seqs = acks.await.unwrap();
-    // Every device has all, or time is up; then a second for duplicates.
-    let until = Instant::now() + Duration::from_secs(30);
-    while complete.load(Ordering::Relaxed) < readers.len() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = stop.send(true);
-    let mut per_device = Vec::with_capacity(readers.len());
-    for r in readers {
-        per_device.push(r.await.unwrap());
-    }
-    drop(sink);
-
-    let sent: HashMap<i64, Instant> = sent_at
-        .iter()
-        .filter_map(|(cmid, t)| Some((seqs.get(cmid).copied().flatten()?, *t)))
-        .collect();
-    let mut mismatches = sent_at.len() - sent.len();
-    // Per seq: the latest first arrival over the devices, and on how many it arrived.
-    let mut last: HashMap<i64, (Instant, usize)> = HashMap::new();
-    for got in &per_device {
-        let mut count: HashMap<i64, (usize, Instant)> = HashMap::new();
-        for &(seq, at) in got {
-            count.entry(seq).or_insert((0, at)).0 += 1;
-        }
-        for (seq, (c, at)) in count {
-            if !sent.contains_key(&seq) || c != 1 {
-                mismatches += 1;
-            }
-            let e = last.entry(seq).or_insert((at, 0));
-            e.0 = e.0.max(at);
-            e.1 += 1;
-        }
-    }
-    let mut lat = Vec::with_capacity(sent.len());
-    for (seq, t) in &sent {
-        match last.get(seq) {
-            Some(&(at, c)) if c == per_device.len() => {
-                lat.push(at.duration_since(*t).as_secs_f64() * 1000.0)
-            }
-            Some(&(_, c)) => mismatches += per_device.len() - c,
-            None => mismatches += per_device.len(),
-        }
-    }
-    lat.sort_by(f64::total_cmp);
-    FanOut {
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or(f64::NAN),
-        messages: sent_at.len(),
-        mismatches,
-    }
 }
 
 /// Every message `user` may see in `cid`: `afterSeq=0&limit=500`, following `hasMore`.
@@ -726,12 +479,6 @@ async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
     (per, before, after)
 }
 
-/// Whether a phase is selected by `BENCH_PHASES` (comma-separated: tp, lat, pull, live,
-/// group, mem; all when unset).
-fn phase(name: &str) -> bool {
-    std::env::var("BENCH_PHASES").map_or(true, |p| p.split(',').any(|x| x.trim() == name))
-}
-
 /// The bench's server: the load generator is every client, all from 127.0.0.1, so no cap
 /// per address.
 async fn start(db: &Db, storage: &str) -> Server {
@@ -791,7 +538,15 @@ async fn run(
         );
     }
     if phase("group") {
-        let f = group_fanout(&server.addr, "gf", 1000, 10.0, secs).await;
+        let f = group_fanout(
+            std::slice::from_ref(&server.addr),
+            "gf",
+            1000,
+            10.0,
+            secs,
+            50,
+        )
+        .await;
         let every = if f.mismatches == 0 {
             "every device got every message once".to_string()
         } else {

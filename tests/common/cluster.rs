@@ -115,6 +115,27 @@ pub async fn health(s: &Server) -> Value {
     s.http("GET", "/healthz", None, None).await.1
 }
 
+/// Waits until every node's `/healthz` says `degraded` with a reason naming `part`.
+pub async fn degraded_everywhere(nodes: &[Server], part: &str) {
+    for s in nodes {
+        eventually(&format!("healthz says degraded, naming {part}"), || async {
+            let h = health(s).await;
+            h["status"] == "degraded" && h["reasons"].to_string().contains(part)
+        })
+        .await;
+    }
+}
+
+/// Waits until every node's `/healthz` says `ok`.
+pub async fn ok_everywhere(nodes: &[Server]) {
+    for s in nodes {
+        eventually("healthz is ok again", || async {
+            health(s).await["status"] == "ok"
+        })
+        .await;
+    }
+}
+
 /// Waits (bounded) until `check` holds; panics with `what` if it never does.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where

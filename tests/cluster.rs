@@ -417,7 +417,7 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     let last = next_text(&mut b).await["seq"].as_i64().unwrap();
 
     nats.down();
-    degraded_everywhere(&n, "NATS").await;
+    degraded_everywhere(&n, "bus: NATS").await;
     for i in 1..=20 {
         send_ok(
             &mut a,
@@ -467,6 +467,7 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
     let alice = n[0].user("alice").await;
     let bob = n[1].user("bob").await;
     let carol = n[0].user("carol").await;
+    befriend(&n[0], &alice, &n[1], &bob).await;
     let mut a = n[0].connect(&alice, "phone").await;
     let mut b = n[1].connect(&bob, "phone").await;
     let mut c = n[0].connect(&carol, "phone").await;
@@ -474,7 +475,7 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
     text_arrives(&mut b, "to bob 0").await;
 
     redis.down();
-    degraded_everywhere(&n, "Redis").await;
+    degraded_everywhere(&n, "redis:").await;
     // Local delivery and pulls go on; without routes a push goes to every node.
     send_ok(&mut a, text("1", "c-1", peer("carol"), "to carol")).await;
     text_arrives(&mut c, "to carol").await;

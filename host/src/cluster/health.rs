@@ -13,6 +13,16 @@ pub enum Part {
     Lease = 2,
 }
 
+impl Part {
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Routes => "redis",
+            Part::Bus => "bus",
+            Part::Lease => "lease",
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Health {
     parts: Mutex<[Option<String>; 3]>,
@@ -41,18 +51,16 @@ impl Health {
         was.is_some()
     }
 
-    pub fn failing(&self, part: Part) -> bool {
-        self.parts.lock().expect("health")[part as usize].is_some()
-    }
-
-    /// Why the cluster is degraded, if it is.
+    /// Why the cluster is degraded, if it is: each reason starts with its part's name
+    /// (`redis: `, `bus: `, `lease: `), then says what failed in words.
     pub fn reasons(&self) -> Vec<String> {
-        self.parts
-            .lock()
-            .expect("health")
+        let parts = self.parts.lock().expect("health");
+        [Part::Routes, Part::Bus, Part::Lease]
             .iter()
-            .flatten()
-            .cloned()
+            .filter_map(|p| {
+                let reason = parts[*p as usize].as_ref()?;
+                Some(format!("{}: {reason}", p.name()))
+            })
             .collect()
     }
 }

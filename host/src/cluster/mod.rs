@@ -14,7 +14,7 @@ mod routes;
 mod wire;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,9 @@ use routes::Routes;
 /// How long one Redis call may take before the node treats Redis as away.
 const REDIS_WAIT: Duration = Duration::from_secs(2);
 
-/// Items the forwarder may hold; beyond, a push to other nodes is dropped (and pulled).
-const FORWARD_QUEUE: usize = 65_536;
+/// Items the forwarder may hold (a commit's pushes, a live push, a kick, a close…);
+/// beyond, what is for other nodes is dropped, counted as lost, and pulled.
+const FORWARD_QUEUE: usize = 8_192;
 
 /// What the forwarder sends.
 enum Out {
@@ -105,6 +106,8 @@ pub struct Cluster {
     token: String,
     lease: Duration,
     refresh: Duration,
+    /// A Redis call failed: write every route again once Redis answers.
+    rewrite: AtomicBool,
     pub stats: Stats,
     core: OnceLock<Arc<Core>>,
     presence: OnceLock<Arc<PresenceThrottle>>,
@@ -166,6 +169,7 @@ impl Cluster {
             token,
             lease,
             refresh: Duration::from_secs(c.refresh_secs),
+            rewrite: AtomicBool::new(false),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -212,11 +216,14 @@ impl Cluster {
                 Some(v)
             }
             Ok(Err(e)) => {
-                self.health.fail(Part::Routes, &format!("Redis: {e}"));
+                self.rewrite.store(true, Ordering::Release);
+                self.health.fail(Part::Routes, &e.to_string());
                 None
             }
             Err(_) => {
-                self.health.fail(Part::Routes, "Redis did not answer");
+                self.rewrite.store(true, Ordering::Release);
+                self.health
+                    .fail(Part::Routes, "Redis did not answer within 2 s");
                 None
             }
         }
@@ -249,14 +256,17 @@ impl Cluster {
         }
     }
 
-    async fn publish(&self, subject: String, bytes: Vec<u8>) {
+    /// Whether the bus took it.
+    async fn publish(&self, subject: String, bytes: Vec<u8>) -> bool {
         match self.bus.publish(subject, bytes).await {
             Ok(()) => {
                 self.stats.publishes.fetch_add(1, Ordering::Relaxed);
+                true
             }
             Err(e) => {
                 self.stats.lost.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("a bus message was lost ({e}); devices will pull");
+                false
             }
         }
     }
@@ -266,7 +276,7 @@ impl Cluster {
     /// one message to every node: each pushes to whatever devices it holds.
     async fn round(&self, mut pushes: Vec<Outgoing>) {
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
-        let mut counters: Vec<Option<oneshot::Sender<u32>>> =
+        let counters: Vec<Option<oneshot::Sender<u32>>> =
             pushes.iter_mut().map(|p| p.counted.take()).collect();
         let frames: Vec<Option<&RawValue>> = pushes
             .iter()
@@ -305,9 +315,11 @@ impl Cluster {
             return;
         };
         let mut by_node: HashMap<u16, Vec<wire::Push<'_>>> = HashMap::new();
-        for ((p, frame), counter) in pushes.iter().zip(&frames).zip(&mut counters) {
+        // Devices each counted push reaches on each node, told once the node's message is
+        // out (a message the bus did not take reached no one).
+        let mut reached: Vec<(usize, u16, u32)> = Vec::new();
+        for (i, (p, frame)) in pushes.iter().zip(&frames).enumerate() {
             let Some(frame) = *frame else { continue };
-            let mut reached = 0u32;
             let mut here: HashMap<u16, Vec<&str>> = HashMap::new();
             for u in p.users.iter() {
                 for (device, route) in &routes[index[u.as_str()]] {
@@ -317,7 +329,9 @@ impl Cluster {
                     if p.devices.as_ref().is_some_and(|d| !d.contains(device)) {
                         continue;
                     }
-                    reached += 1;
+                    if counters[i].is_some() {
+                        reached.push((i, route.node, 1));
+                    }
                     let list = here.entry(route.node).or_default();
                     if list.last() != Some(&u.as_str()) {
                         list.push(u.as_str());
@@ -330,16 +344,29 @@ impl Cluster {
                     .or_default()
                     .push(wire_push(p, users, frame));
             }
-            if let Some(tx) = counter.take() {
-                let _ = tx.send(reached);
+        }
+        let mut sent = Vec::with_capacity(by_node.len());
+        for (node, list) in by_node {
+            let published = self
+                .publish(
+                    bus::node_subject(&self.prefix, node),
+                    wire::encode(self.node, wire::Message::Push(list)),
+                )
+                .await;
+            if published {
+                sent.push(node);
             }
         }
-        for (node, list) in by_node {
-            self.publish(
-                bus::node_subject(&self.prefix, node),
-                wire::encode(self.node, wire::Message::Push(list)),
-            )
-            .await;
+        let mut totals = vec![0u32; counters.len()];
+        for (i, node, n) in reached {
+            if sent.contains(&node) {
+                totals[i] += n;
+            }
+        }
+        for (tx, total) in counters.into_iter().zip(totals) {
+            if let Some(tx) = tx {
+                let _ = tx.send(total);
+            }
         }
     }
 
@@ -403,20 +430,16 @@ impl Cluster {
         }
     }
 
-    /// Keeps the lease and the routes, and takes out the routes of nodes that died. A
-    /// Redis that comes back (empty, it keeps nothing on disk) gets this node's routes
-    /// again at once.
+    /// Keeps the lease and the routes, and takes out the routes of nodes that died. Every
+    /// second it refreshes the lease, which also tells whether Redis answers; after any
+    /// failed Redis call (a Redis that restarted keeps nothing) the next tick that reaches
+    /// Redis writes every route of this node again.
     async fn upkeep(self: Arc<Self>) {
         let mut refreshed = Instant::now();
-        let beat = (self.lease / 3).max(Duration::from_millis(500));
+        let mut reaped = Instant::now();
+        let reap_every = (self.lease / 3).max(Duration::from_millis(500));
         loop {
-            let failing = self.health.failing(Part::Routes);
-            tokio::time::sleep(if failing {
-                Duration::from_secs(1)
-            } else {
-                beat
-            })
-            .await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
             match self
                 .redis(self.routes.keep_lease(&self.token, self.lease))
                 .await
@@ -432,7 +455,8 @@ impl Cluster {
                 }
                 None => continue,
             }
-            if failing || refreshed.elapsed() >= self.refresh {
+            let rewrite = self.rewrite.swap(false, Ordering::AcqRel);
+            if rewrite || refreshed.elapsed() >= self.refresh {
                 let connections = self.hub.connections();
                 let Some(lost) = self.redis(self.routes.refresh(&connections)).await else {
                     continue;
@@ -443,6 +467,10 @@ impl Cluster {
                     self.hub.kick(user, device, *session, Close::Replaced);
                 }
             }
+            if reaped.elapsed() < reap_every {
+                continue;
+            }
+            reaped = Instant::now();
             let Some(dead) = self.redis(self.routes.dead_nodes()).await else {
                 continue;
             };
@@ -634,6 +662,22 @@ impl Delivery for Cluster {
 
     fn announce(&self, forget: &Forget) {
         self.broadcast(wire::Message::Forget(forget.clone()));
+    }
+
+    /// What friends were last told is kept in Redis, so a change one node told is not
+    /// told again by another; without Redis, this node's own memory decides.
+    fn must_tell<'a>(
+        &'a self,
+        user_id: &'a str,
+        online: bool,
+        last: Option<bool>,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            match self.redis(self.routes.told(user_id, online)).await {
+                Some(previous) => previous != Some(online),
+                None => last != Some(online),
+            }
+        })
     }
 
     fn degraded(&self) -> Vec<String> {

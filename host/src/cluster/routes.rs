@@ -7,7 +7,8 @@
 //! - `p:node:{nodeId}`: the live node's lease on its number (`lease_secs`);
 //! - `p:nodedev:{nodeId}`: the `{user}:{device}` routes a node wrote, so that when it dies
 //!   another node can take its routes out at once rather than after their expiry;
-//! - `p:nodes`: the node numbers that have run.
+//! - `p:nodes`: the node numbers that have run;
+//! - `p:told:{user}`: what the user's friends were last told of its presence (`1`, `0`).
 //!
 //! User ids have no `:`, so `{user}:{device}` reads back unambiguously. Each change of a
 //! route is one script (atomic in Redis); the refresh of all of a node's routes is one
@@ -326,6 +327,19 @@ impl Routes {
             }
         }
         Ok(out)
+    }
+
+    /// Records that `user`'s friends were told `online`; what they were told before.
+    pub async fn told(&self, user: &str, online: bool) -> RedisResult<Option<bool>> {
+        let previous: Option<String> = redis::cmd("SET")
+            .arg(format!("{}told:{user}", self.prefix))
+            .arg(if online { "1" } else { "0" })
+            .arg("GET")
+            .arg("EX")
+            .arg(self.ttl)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(previous.map(|p| p == "1"))
     }
 
     /// Claims this node's number: `Err(holder)` if a live instance holds it.

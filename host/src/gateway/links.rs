@@ -48,9 +48,10 @@ impl Links for Alone {
     }
 }
 
-/// At most one presence frame per user per interval: a change within the interval of
-/// the last one told is told at its end, if the user's presence then still differs from
-/// what friends were last told (a device that reconnects at once is never told at all).
+/// At most one presence frame per user per interval from this node: a change within the
+/// interval of the last one told is told at its end, if the user's presence then still
+/// differs from what friends were last told (`Delivery::must_tell`: in a cluster, by any
+/// node); going offline is told only if it still holds an interval later.
 pub struct PresenceThrottle {
     core: Arc<Core>,
     interval: Duration,
@@ -102,23 +103,28 @@ impl PresenceThrottle {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
-            let online = this.core.is_online(&user).await;
-            let tell = {
+            let mut online = this.core.is_online(&user).await;
+            // Going offline is told only if it holds for an interval: a device that
+            // reconnects at once (to this node or another) is never told at all.
+            if online == Some(false) {
+                tokio::time::sleep(this.interval).await;
+                online = this.core.is_online(&user).await;
+            }
+            let last = {
                 let mut told = this.told.lock().expect("presence");
                 let Some(t) = told.get_mut(&user) else { return };
                 t.pending = false;
-                match online {
-                    Some(now_online) if t.online != Some(now_online) => {
-                        t.online = Some(now_online);
-                        t.at = Instant::now();
-                        Some(now_online)
-                    }
-                    _ => None,
-                }
+                t.online
             };
-            if let Some(online) = tell {
-                this.core.tell_friends(&user, online).await;
+            let Some(online) = online else { return };
+            if !this.core.delivery.must_tell(&user, online, last).await {
+                return;
             }
+            if let Some(t) = this.told.lock().expect("presence").get_mut(&user) {
+                t.online = Some(online);
+                t.at = Instant::now();
+            }
+            this.core.tell_friends(&user, online).await;
         });
     }
 }

@@ -147,6 +147,18 @@ pub trait Delivery: Send + Sync {
     /// cannot be known now (cluster mode with Redis unreachable).
     fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>>;
 
+    /// Whether a user's friends must be told it is `online` (or not) now: not if they were
+    /// last told exactly that — by this node (`last`), or in a cluster by any node. Saying
+    /// yes records it as told.
+    fn must_tell<'a>(
+        &'a self,
+        _user_id: &'a str,
+        online: bool,
+        last: Option<bool>,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(std::future::ready(last != Some(online)))
+    }
+
     /// Tells the other nodes to drop what `forget` names from their caches (cluster mode;
     /// a node alone has no one to tell).
     fn announce(&self, _forget: &Forget) {}

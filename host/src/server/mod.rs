@@ -67,7 +67,7 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
         Some(c) => {
             let (cluster, incoming) = Cluster::start(c, config.server.listen, hub.clone())
                 .await
-                .context("refusing to start in cluster mode")?;
+                .context("cluster mode")?;
             let core = Core::start(store, registry, tokens, settings, cluster.clone());
             let presence = PresenceThrottle::new(core.clone(), interval);
             cluster.attach(core.clone(), presence, incoming);

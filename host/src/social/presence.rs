@@ -1,6 +1,6 @@
 //! Presence: a user is online while any of their devices is, on any node. Who may see
-//! whose: friends, and the other current members of a private conversation or group the
-//! viewer is in (not channels), unless they block the viewer. Friends' connections that
+//! whose: friends, and the other current members of a group the viewer is in (not
+//! channels), unless they block the viewer. Friends' connections that
 //! asked for it (`presence=true`) hear of changes as `presence` frames (live, the `latest`
 //! class: a slow reader keeps only the newest per user); how often is the gateway's
 //! throttle.
@@ -64,19 +64,18 @@ impl Core {
             .collect())
     }
 
-    /// Tells `user_id`'s friends that it is `online` now (or not).
+    /// Tells `user_id`'s friends (but those it blocks) that it is `online` now (or not).
     pub async fn tell_friends(&self, user_id: &str, online: bool) {
-        let friends = match self.store.friends(user_id).await {
+        let to = match self.store.presence_audience(user_id).await {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(user = %user_id, "presence not told, the friends did not load: {e}");
                 return;
             }
         };
-        if friends.is_empty() {
+        if to.is_empty() {
             return;
         }
-        let to: Vec<String> = friends.into_iter().map(|(f, _)| f).collect();
         let frame = frames::presence(user_id, online, now_ms());
         self.delivery
             .push(&to, &frame, Class::Latest, Some(presence_key(user_id)), 0);

@@ -259,8 +259,8 @@ pub async fn set_block(
 
 impl Store {
     /// Which of `users` `viewer` may see the presence of: friends, and the other current
-    /// members of a private conversation or group (not a channel) the viewer is a current
-    /// member of — unless they block the viewer.
+    /// members of a group (not a channel) the viewer is a current member of — unless they
+    /// block the viewer.
     pub async fn presence_visible(
         &self,
         viewer: &str,
@@ -281,7 +281,7 @@ impl Store {
                      JOIN conversations c ON c.conversation_id = m1.conversation_id
                      JOIN members m2 ON m2.conversation_id = m1.conversation_id
                     WHERE m1.user_id = {} AND m1.left_at_seq IS NULL AND m1.state = 0
-                      AND c.conversation_type IN (1, 2)
+                      AND c.conversation_type = 2
                       AND m2.left_at_seq IS NULL AND m2.state = 0 AND m2.user_id IN ({})
                  ) v
                  WHERE NOT EXISTS (SELECT 1 FROM blocks b
@@ -305,6 +305,22 @@ impl Store {
             }
         }
         Ok(out)
+    }
+
+    /// Who hears of `user_id`'s presence changes: its friends, but those it blocks.
+    pub async fn presence_audience(&self, user_id: &str) -> sqlx::Result<Vec<String>> {
+        sqlx::query(
+            "SELECT f.friend_id FROM friendships f
+              WHERE f.user_id = $1 AND f.active = 1
+                AND NOT EXISTS (SELECT 1 FROM blocks b
+                                 WHERE b.blocker = $1 AND b.blocked = f.friend_id AND b.active = 1)",
+        )
+        .bind(user_id)
+        .fetch_all(self.read())
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect()
     }
 
     /// `(friend, since)`, sorted.

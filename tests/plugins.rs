@@ -821,3 +821,60 @@ fn a_cache_dir_others_can_write_is_not_used() {
         "nothing written to a shared dir"
     );
 }
+
+// ---- what a plugin says never reaches an output raw or unbounded ------------------------
+
+#[test]
+fn a_hostile_manifest_is_reported_short_and_escaped_everywhere() {
+    // The name is 10 MiB and starts with a newline, a forged line and a screen clear.
+    let report = check_file(&fixture("hostile-manifest"), &quick());
+    assert!(!report.passed());
+    let text = report.render();
+    assert!(text.len() < 8 * 1024, "a {}-byte report", text.len());
+    assert!(
+        !text.contains('\u{1b}'),
+        "a terminal escape reached the report"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("FORGED LINE")),
+        "a forged line:\n{text}"
+    );
+    assert!(text.contains("(10485780 bytes)"), "{text}");
+    let manifest = report.check("manifest").unwrap();
+    assert!(manifest.detail.contains("version"), "{}", manifest.detail);
+    assert!(
+        manifest.detail.contains("description"),
+        "{}",
+        manifest.detail
+    );
+
+    // The server refuses to load it, with an error as short and as clean.
+    let error = load_error(&format!(
+        "[plugins.hostile]\npath = {}\n",
+        toml_path(&fixture("hostile-manifest"))
+    ));
+    assert!(error.len() < 8 * 1024, "a {}-byte load error", error.len());
+    assert!(
+        !error.contains('\u{1b}') && !error.contains("\nFORGED"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_plugin_stopped_by_the_host_fails_with_one_clear_line() {
+    let reg = registry(&format!(
+        "[plugins.chatty]\npath = {}\n",
+        toml_path(&fixture("chatty"))
+    ));
+    let e = reg
+        .validate(9011, &user(1), br#"{"text":"misbehave"}"#)
+        .unwrap_err();
+    assert_eq!(e.code(), "plugin_failed", "{e}");
+    let message = e.to_string();
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(message.contains("logged more than 100 lines"), "{message}");
+    assert!(
+        !message.contains("wasm backtrace") && !message.contains("_ZN"),
+        "{message}"
+    );
+}

@@ -16,7 +16,7 @@ pub mod runtime;
 
 pub use config::{Isolation, PluginEntry, RuntimeConfig, Setup};
 pub use loader::{LoadError, LoadFailure, Source};
-pub use manifest::{Delivery, Manifest, SenderKind};
+pub use manifest::{Delivery, MAX_SHOWN_CHARS, Manifest, SenderKind, display, shown};
 pub use pool::InstancePool;
 pub use registry::{
     LoadErrors, LoadedPlugin, PluginInfo, PluginRegistry, SendContext, ValidateError, Validated,

@@ -7,6 +7,45 @@ use super::bindings::{WitDelivery, WitManifest, WitSender};
 /// Largest payload any plugin may declare (the gateway's frame limit is above this).
 pub const MAX_PAYLOAD_CEILING: u32 = 1024 * 1024;
 
+/// Longest `version` a manifest may declare, in bytes.
+pub const MAX_VERSION_BYTES: usize = 64;
+
+/// Longest `description`, in bytes.
+pub const MAX_DESCRIPTION_BYTES: usize = 300;
+
+/// The most characters of a plugin's string the host ever shows (in a report, an error
+/// or a log line).
+pub const MAX_SHOWN_CHARS: usize = 64;
+
+/// A plugin's string as it is when it is short plain text, else as `shown` has it.
+pub fn display(s: &str) -> String {
+    let plain = s.len() <= MAX_SHOWN_CHARS
+        && !s.is_empty()
+        && s.chars().all(|c| !c.is_control() && c != '"' && c != '\\');
+    if plain { s.to_string() } else { shown(s) }
+}
+
+/// A string that came from a plugin, as the host shows it: control characters escaped (a
+/// newline or a terminal escape cannot forge a line or clear a screen), quoted, and cut to
+/// `MAX_SHOWN_CHARS` characters with the full length said.
+pub fn shown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len().min(MAX_SHOWN_CHARS * 2) + 2);
+    out.push('"');
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX_SHOWN_CHARS {
+            out.push_str(&format!("…\" ({} bytes)", s.len()));
+            return out;
+        }
+        if c.is_control() || c == '"' || c == '\\' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Delivery {
@@ -92,14 +131,14 @@ impl Manifest {
             && !self.name.starts_with('-');
         if !name_ok {
             p.push(format!(
-                "name {:?} must be 1-32 characters of a-z, 0-9 and -",
-                self.name
+                "name {} must be 1-32 characters of a-z, 0-9 and -",
+                shown(&self.name)
             ));
         }
         if !is_semver(&self.version) {
             p.push(format!(
-                "version {:?} must be semver (MAJOR.MINOR.PATCH)",
-                self.version
+                "version {} must be semver (MAJOR.MINOR.PATCH, then -pre or +build of A-Z a-z 0-9 . -), at most {MAX_VERSION_BYTES} bytes",
+                shown(&self.version)
             ));
         }
         if self.content_type == 0 {
@@ -130,8 +169,14 @@ impl Manifest {
                 "max payload bytes must be between 1 and {MAX_PAYLOAD_CEILING}"
             ));
         }
-        if self.description.trim().is_empty() || self.description.len() > 300 {
-            p.push("description must be 1-300 bytes".into());
+        if self.description.trim().is_empty()
+            || self.description.len() > MAX_DESCRIPTION_BYTES
+            || self.description.chars().any(char::is_control)
+        {
+            p.push(format!(
+                "description must be 1-{MAX_DESCRIPTION_BYTES} bytes of text without control characters ({} bytes given)",
+                self.description.len()
+            ));
         }
         p
     }
@@ -140,7 +185,10 @@ impl Manifest {
 fn is_semver(v: &str) -> bool {
     let core = v.split(['-', '+']).next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();
-    parts.len() == 3
+    v.len() <= MAX_VERSION_BYTES
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+'))
+        && parts.len() == 3
         && parts
             .iter()
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
@@ -162,6 +210,33 @@ mod tests {
             max_payload_bytes: 16384,
             description: "plain text".into(),
         }
+    }
+
+    #[test]
+    fn strings_from_a_plugin_are_shown_escaped_and_cut() {
+        assert_eq!(shown("text"), "\"text\"");
+        assert_eq!(shown("a\nb\u{1b}[2J"), "\"a\\nb\\u{1b}[2J\"");
+        let long = "x".repeat(10 << 20);
+        let s = shown(&long);
+        assert!(s.len() < 100 && s.ends_with("(10485760 bytes)"), "{s}");
+        assert_eq!(display("text"), "text");
+        assert_eq!(display(&long), s);
+        assert_eq!(display("a\nb"), "\"a\\nb\"");
+    }
+
+    #[test]
+    fn a_hostile_manifest_gets_short_escaped_problems() {
+        let m = Manifest {
+            name: format!("evil\n\u{1b}[2J{}", "x".repeat(10 << 20)),
+            version: format!("1.0.0-\u{1b}[31m{}", "y".repeat(1 << 20)),
+            description: "line\nforged".into(),
+            ..text()
+        };
+        let p = m.problems().join("\n");
+        assert!(p.len() < 1024, "{} bytes of problems", p.len());
+        assert!(!p.contains('\u{1b}'), "{p}");
+        assert_eq!(p.lines().count(), 3, "{p}");
+        assert!(p.contains("(10485769 bytes)"), "{p}");
     }
 
     #[test]

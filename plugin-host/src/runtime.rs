@@ -409,9 +409,14 @@ pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> Call
             fuel: limits.fuel_per_call,
         };
     }
+    // One line for the client: the trap, or the root cause of a host error (a wasm
+    // backtrace with mangled symbols goes to the server log only).
     let what = match e.downcast_ref::<Trap>() {
-        Some(t) => t.to_string(),
-        None => format!("{e:#}"),
+        Some(t) => one_line(&t.to_string()),
+        None => {
+            tracing::warn!("a plugin call failed: {e:?}");
+            one_line(&e.root_cause().to_string())
+        }
     };
     if stderr.is_empty() {
         CallFailure::Trap(what)
@@ -420,15 +425,34 @@ pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> Call
     }
 }
 
+/// The first line of `s`, at most 300 bytes, control characters escaped.
+fn one_line(s: &str) -> String {
+    let first = s.lines().next().unwrap_or_default().trim();
+    let mut out = String::with_capacity(first.len().min(300));
+    for c in first.chars() {
+        if out.len() >= 300 {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The last lines the plugin wrote to stderr, on one line, at most ~300 bytes.
 fn stderr_tail(pipe: &MemoryOutputPipe, mark: usize) -> String {
     let bytes = pipe.contents();
     let start = bytes.len().saturating_sub(300).max(mark.min(bytes.len()));
     let text = String::from_utf8_lossy(&bytes[start..]);
-    let lines: Vec<&str> = text
+    let lines: Vec<String> = text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .map(one_line)
         .collect();
     lines.join(" | ")
 }

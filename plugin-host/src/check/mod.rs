@@ -78,10 +78,11 @@ impl Report {
     pub fn render(&self) -> String {
         let mut out = format!("courier plugin check: {}\n", self.file);
         if let Some(m) = &self.manifest {
+            // The manifest may be one the host refused: its strings are shown escaped.
             out += &format!(
                 "  plugin {} {} — content type {}, {}, {}\n",
-                m.name,
-                m.version,
+                crate::display(&m.name),
+                crate::display(&m.version),
                 m.content_type,
                 m.delivery,
                 if m.counts_unread {

@@ -387,11 +387,16 @@ impl Drop for Server {
 }
 
 fn start(config: &std::path::Path) -> Server {
+    start_logging(config, Stdio::null())
+}
+
+/// `start`, the server's log going to `log`.
+fn start_logging(config: &std::path::Path, log: Stdio) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
         .args(["serve", "--config"])
         .arg(config)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -481,6 +486,37 @@ fn sighup_reloads_without_dropping_a_connection() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(get(&mut conn, "/healthz"), json!({"status": "ok"}));
+}
+
+#[test]
+fn a_refused_reload_is_logged_however_it_was_asked_for() {
+    let dir = scratch("reload-log");
+    let config = dir.join("courier.toml");
+    let log = dir.join("server.log");
+    let storage = storage_section(&dir);
+    let head = format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{TOKEN}\"\n{storage}");
+    std::fs::write(&config, &head).unwrap();
+    let server = start_logging(&config, Stdio::from(std::fs::File::create(&log).unwrap()));
+    std::fs::write(&config, format!("{head}[runtime]\nno_such_key = 1\n")).unwrap();
+    let mut conn = TcpStream::connect(&server.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "POST /admin/plugins/reload HTTP/1.1\r\nHost: courier\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut status = String::new();
+    BufReader::new(conn.try_clone().unwrap())
+        .read_line(&mut status)
+        .unwrap();
+    assert!(status.starts_with("HTTP/1.1 409"), "{status}");
+    // The log line is written before the answer.
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("reload refused") && text.contains("no_such_key"),
+        "the refused reload is not in the log:\n{text}"
+    );
 }
 
 #[test]

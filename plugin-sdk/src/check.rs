@@ -94,9 +94,14 @@ pub fn mime(field: &str, value: &str, top_levels: &[&str]) -> Result<String, Rej
     Ok(lower)
 }
 
-/// A number in `min..=max`.
-pub fn range(field: &str, value: u64, min: u64, max: u64) -> Result<(), Rejection> {
-    if value < min || value > max {
+/// A number in `min..=max`: any integer type, or `f64`/`f32` (a NaN is never in range),
+/// e.g. `range("lat", p.lat, -90.0, 90.0)` or `range("offset", p.offset, -720i64, 840)`.
+pub fn range<T>(field: &str, value: T, min: T, max: T) -> Result<(), Rejection>
+where
+    T: PartialOrd + std::fmt::Display + Copy,
+{
+    // Written so that a NaN (comparing false to everything) is out of range.
+    if !(value >= min && value <= max) {
         return Err(Rejection::new(
             "out_of_range",
             format!("{field} must be between {min} and {max}, got {value}"),
@@ -162,6 +167,21 @@ mod tests {
         assert_eq!(code(mime("m", "application/pdf", &["image"])), "bad_mime");
         assert_eq!(code(mime("m", "png", &[])), "bad_mime");
         assert_eq!(code(mime("m", "a/b c", &[])), "bad_mime");
+    }
+
+    #[test]
+    fn ranges_take_signed_and_fractional_numbers() {
+        assert!(range("lat", -33.87, -90.0, 90.0).is_ok());
+        assert_eq!(code(range("lat", 90.5, -90.0, 90.0)), "out_of_range");
+        assert_eq!(code(range("lat", f64::NAN, -90.0, 90.0)), "out_of_range");
+        assert_eq!(
+            code(range("lon", f64::INFINITY, -180.0, 180.0)),
+            "out_of_range"
+        );
+        assert!(range("offset", -720i64, -720, 840).is_ok());
+        assert_eq!(code(range("offset", -721i64, -720, 840)), "out_of_range");
+        let e = range("lat", 91.25, -90.0, 90.0).unwrap_err();
+        assert_eq!(e.message, "lat must be between -90 and 90, got 91.25");
     }
 
     #[test]

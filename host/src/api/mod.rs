@@ -77,12 +77,21 @@ impl AppState {
 
     /// Re-reads the config file and reloads the plugins. CPU-heavy (compiles what changed):
     /// call from a blocking thread.
+    /// The outcome is logged, however the reload was asked for (SIGHUP or the admin API).
     pub fn reload(&self) -> Result<Vec<crate::plugins::PluginInfo>, String> {
         let _one_at_a_time = self.reloading.lock().expect("reload lock");
-        let config = Config::load(self.config_path.as_deref()).map_err(|e| e.to_string())?;
-        let list = self.registry.reload(&config).map_err(|e| e.to_string())?;
-        *self.config.lock().expect("config lock") = config;
-        Ok(list)
+        let result = Config::load(self.config_path.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                let list = self.registry.reload(&config).map_err(|e| e.to_string())?;
+                *self.config.lock().expect("config lock") = config;
+                Ok(list)
+            });
+        match &result {
+            Ok(list) => tracing::info!(plugins = list.len(), "reload done"),
+            Err(e) => tracing::error!("reload refused, the running plugins stay:\n{e}"),
+        }
+        result
     }
 
     fn admin_token(&self) -> Option<String> {

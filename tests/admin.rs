@@ -489,6 +489,75 @@ fn sighup_reloads_without_dropping_a_connection() {
 }
 
 #[test]
+fn the_compiled_plugin_cache_is_on_by_default_beside_the_database() {
+    // No cache_dir and no storage url: both take their defaults under ./data.
+    let dir = scratch("default-cache");
+    let config = dir.join("courier.toml");
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let start_here = || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .current_dir(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("listening on "), "{line:?}");
+        Server {
+            child,
+            addr: String::new(),
+        }
+    };
+    drop(start_here());
+    let cache = dir.join("data/plugin-cache");
+    let compiled = || {
+        std::fs::read_dir(&cache)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .path()
+                        .extension()
+                        .is_some_and(|x| x == "cwasm")
+                })
+                .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        compiled(),
+        10,
+        "every bundled plugin compiled into {}",
+        cache.display()
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode, 0o700,
+            "the cache runs as native code: private to the server"
+        );
+    }
+    // A second start uses the entries (none is added or rewritten).
+    let before: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().modified().unwrap())
+        .collect();
+    drop(start_here());
+    let after: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().modified().unwrap())
+        .collect();
+    assert_eq!(before, after);
+}
+
+#[test]
 fn a_refused_reload_is_logged_however_it_was_asked_for() {
     let dir = scratch("reload-log");
     let config = dir.join("courier.toml");

@@ -183,7 +183,11 @@ impl PluginRegistry {
     ) -> Result<(Manifest, Arc<LoadedPlugin>), LoadError> {
         let sha = loader::check_bytes(bytes, pin).map_err(|f| LoadError::new(source, f))?;
         // Compiled once: in memory for this process, on disk across starts (if configured).
-        let disk = rc.cache_dir.as_deref().and_then(DiskCache::open);
+        let disk = rc
+            .cache_dir
+            .as_deref()
+            .filter(|d| !d.as_os_str().is_empty())
+            .and_then(DiskCache::open);
         let memory = self
             .compiled
             .lock()

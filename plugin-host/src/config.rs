@@ -49,10 +49,14 @@ pub struct RuntimeConfig {
     /// Instances of one plugin that may exist at once; a call beyond waits for one to be
     /// free. 0: twice the number of cores.
     pub max_instances: u32,
-    /// Where compiled plugins are cached between starts (keyed by file hash and engine).
-    /// Unset: no cache.
+    /// Where compiled plugins are cached between starts (keyed by file hash and engine),
+    /// by default `data/plugin-cache` beside the default database. Empty: no cache.
     pub cache_dir: Option<PathBuf>,
 }
+
+/// The compiled-plugin cache unless the config says otherwise (relative to the working
+/// directory, like the default database `data/courier.db`).
+pub const DEFAULT_CACHE_DIR: &str = "data/plugin-cache";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -79,7 +83,7 @@ impl Default for RuntimeConfig {
             breaker_failures: 5,
             breaker_window_secs: 60,
             max_instances: 0,
-            cache_dir: None,
+            cache_dir: Some(PathBuf::from(DEFAULT_CACHE_DIR)),
         }
     }
 }

@@ -659,7 +659,47 @@ fn the_cli_lists_its_subcommands_and_check_exits_by_result() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("result: PASS"));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("result: PASS"), "{report}");
+    assert!(
+        report.contains("PASS  conflicts"),
+        "the bundled text is no clash with itself:\n{report}"
+    );
+
+    // A kind claiming a bundled content type passes with a warning; checked against a
+    // server's config that has it, it fails.
+    let check_clone = |config: Option<&std::path::Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+        cmd.args(["plugin", "check", "--fuzz", "50"])
+            .arg(fixture("text-clone"));
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        cmd.current_dir(&dir).output().unwrap()
+    };
+    let out = check_clone(None);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains("WARN  conflicts")
+            && report.contains("text (content type 1, built-in text.wasm)"),
+        "{report}"
+    );
+    assert!(
+        !dir.join("data").exists(),
+        "the check left a cache in the author's folder"
+    );
+    let config = dir.join("server.toml");
+    std::fs::write(
+        &config,
+        format!("[runtime]\ncache_dir = {}\n", toml_path(&dir.join("cache"))),
+    )
+    .unwrap();
+    let out = check_clone(Some(&config));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(report.contains("FAIL  conflicts"), "{report}");
+
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
         .args(["plugin", "check", "--fuzz", "50"])
         .arg(fixture("trap"))

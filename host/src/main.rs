@@ -52,12 +52,54 @@ enum PluginCommand {
         /// Number of fuzzed inputs.
         #[arg(long, default_value_t = CheckOptions::default().fuzz)]
         fuzz: usize,
+        /// Check against this server config's plugins: a name or content type it already
+        /// has fails the check (without it, one of a bundled kind's only warns).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Load the plugins a config asks for (start-up checks included) and list them.
     List {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+}
+
+/// Adds the `conflicts` check: against the plugins of `config` (a clash fails), or the
+/// bundled kinds (a clash warns).
+fn against(
+    report: &mut courier::plugins::check::Report,
+    file: &std::path::Path,
+    config: Option<&std::path::Path>,
+) -> Result<(), String> {
+    let (loaded, what, fail) = match config {
+        Some(path) => {
+            let c = courier::config::Config::load(Some(path)).map_err(|e| e.to_string())?;
+            (c, format!("a plugin of {}", path.display()), true)
+        }
+        None => {
+            // The bundled kinds only, compiled here (no cache left in the author's folder).
+            let mut c = courier::config::Config::default();
+            c.runtime.cache_dir = None;
+            (c, "a bundled kind".to_string(), false)
+        }
+    };
+    let registry = courier::plugins::PluginRegistry::load(&loaded)
+        .map_err(|e| format!("the plugins of the config did not load:\n{e}"))?;
+    let taken: Vec<courier::plugins::check::Taken> = registry
+        .list()
+        .into_iter()
+        .map(|p| courier::plugins::check::Taken {
+            name: p.manifest.name,
+            content_type: p.manifest.content_type,
+            source: p.source,
+            sha256: p.sha256,
+        })
+        .collect();
+    let sha = std::fs::read(file)
+        .map(|b| courier::plugins::loader::sha256_hex(&b))
+        .unwrap_or_default();
+    report.against(&taken, &sha, &what, fail);
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -93,6 +135,7 @@ fn main() -> ExitCode {
             fuel,
             memory_mib,
             fuzz,
+            config,
         }) => {
             let opts = CheckOptions {
                 cases,
@@ -101,7 +144,11 @@ fn main() -> ExitCode {
                 fuzz,
                 ..CheckOptions::default()
             };
-            let report = check_file(&file, &opts);
+            let mut report = check_file(&file, &opts);
+            if let Err(e) = against(&mut report, &file, config.as_deref()) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             if json {
                 println!(
                     "{}",

@@ -49,6 +49,19 @@ pub enum Status {
     Pass,
     Fail,
     Skip,
+    /// Passes, with something the author should know.
+    Warn,
+}
+
+/// A kind a server already has, for `Report::against`.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    pub name: String,
+    pub content_type: u32,
+    /// Where it comes from (`builtin:text`, a path).
+    pub source: String,
+    /// Its component's SHA-256: the checked file itself is no clash.
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -97,6 +110,7 @@ impl Report {
                 Status::Pass => "PASS",
                 Status::Fail => "FAIL",
                 Status::Skip => "SKIP",
+                Status::Warn => "WARN",
             };
             let mut lines = c.detail.lines();
             out += &format!(
@@ -130,6 +144,40 @@ impl Report {
             status,
             detail: detail.into(),
         });
+    }
+
+    /// Adds the `conflicts` check: whether the plugin claims the name or content type of a
+    /// kind in `taken` (`what` says whose: the bundled kinds, a config's). A clash warns,
+    /// or fails when `fail` (a server with `taken` would refuse to load the plugin). Not
+    /// added when the manifest could not be read or is invalid.
+    pub fn against(&mut self, taken: &[Taken], sha256: &str, what: &str, fail: bool) {
+        let Some(m) = &self.manifest else { return };
+        if !m.problems().is_empty() {
+            return;
+        }
+        let clashes: Vec<String> = taken
+            .iter()
+            .filter(|t| {
+                t.sha256 != sha256 && (t.name == m.name || t.content_type == m.content_type)
+            })
+            .map(|t| format!("{} (content type {}, {})", t.name, t.content_type, t.source))
+            .collect();
+        if clashes.is_empty() {
+            self.push(
+                "conflicts",
+                Status::Pass,
+                format!("no name or content type of {what}"),
+            );
+        } else {
+            self.push(
+                "conflicts",
+                if fail { Status::Fail } else { Status::Warn },
+                format!(
+                    "claims the name or content type of {what}: {}; a server that has it refuses to load this plugin (content types 1-999 are the bundled kinds': use 1000 and up)",
+                    clashes.join(", ")
+                ),
+            );
+        }
     }
 
     fn skip_rest(&mut self, names: &[&'static str], why: &str) {

@@ -1,8 +1,8 @@
 //! Data-driven cases: `DIR/<case>/input.json` (the payload), optional `context.json`
 //! (`{"conversationType": 2, "senderId": "u1", "sender": "user"}`), and either
-//! `expected.json` (the normalized payload, compared as JSON) or `error.txt` (the expected
-//! error code: a host code such as `payload_too_large`, `payload_invalid` for any plugin
-//! rejection, or the plugin's own rejection code).
+//! `expected.json` (the normalized payload, compared as JSON values, numbers by value) or
+//! `error.txt` (the expected error code: a host code such as `payload_too_large`,
+//! `payload_invalid` for any plugin rejection, or the plugin's own rejection code).
 
 use std::path::Path;
 
@@ -88,7 +88,7 @@ fn run_one(dir: &Path, probe: &mut Probe, m: &Manifest) -> Result<(), String> {
                 Outcome::Accepted(out) => {
                     let got: serde_json::Value = serde_json::from_str(out)
                         .map_err(|e| format!("the plugin returned invalid JSON: {e}"))?;
-                    if got == want {
+                    if same_json(&got, &want) {
                         Ok(())
                     } else {
                         Err(format!("expected {want}, got {got}"))
@@ -115,9 +115,53 @@ fn run_one(dir: &Path, probe: &mut Probe, m: &Manifest) -> Result<(), String> {
     }
 }
 
+/// JSON values alike: objects by key (order aside), arrays in order, numbers by value
+/// (`1` equals `1.0`: a number that passed through an `f64` comes back as a float).
+fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+                (Some(x), Some(y), _, _) => x == y,
+                (_, _, Some(x), Some(y)) => x == y,
+                _ => x.as_f64() == y.as_f64(),
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
 fn trim_newline(mut v: Vec<u8>) -> Vec<u8> {
     while v.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         v.pop();
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_json;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert!(same_json(
+            &json!({"n": 1, "xs": [2, 3.5]}),
+            &json!({"xs": [2.0, 3.5], "n": 1.0})
+        ));
+        assert!(same_json(&json!(u64::MAX), &json!(u64::MAX)));
+        assert!(same_json(&json!(-3), &json!(-3.0)));
+        assert!(!same_json(&json!({"n": 1}), &json!({"n": 1.5})));
+        assert!(!same_json(&json!({"n": 1}), &json!({"n": "1"})));
+        assert!(!same_json(&json!([1, 2]), &json!([2, 1])));
+        assert!(!same_json(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+    }
 }

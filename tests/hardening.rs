@@ -1193,3 +1193,61 @@ async fn a_database_blip_mid_burst_is_invisible_to_senders() {
         acks.len()
     );
 }
+
+/// The log, in either format, holds no terminal escapes when it is a file, and never a
+/// password, a token or a message's payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_plain_or_json_lines_and_holds_no_secrets() {
+    for format in ["text", "json"] {
+        let db = Db::new(&Backend::Sqlite, &format!("log-{format}")).await;
+        let extra = format!("[log]\nformat = \"{format}\"\n");
+        let s = Server::start_sections(
+            &db,
+            Sections {
+                extra: &extra,
+                ..Sections::default()
+            },
+        )
+        .await;
+        let alice = s.user("alice").await; // password "password-of-"
+        let bob = s.user("bob").await;
+        let mut a = s.connect(&alice, "phone").await;
+        let mut b = s.connect(&bob, "phone").await;
+        send_ok(&mut a, text("1", "c-1", peer("bob"), "secret-payload-7f3a")).await;
+        b.until(|f| f["type"] == "notify").await;
+        let (st, _) = s
+            .http(
+                "POST",
+                "/v1/auth/login",
+                None,
+                Some(serde_json::json!({"userId": "alice", "password": "wrong-password-9c2e"})),
+            )
+            .await;
+        assert_eq!(st, 401);
+        let log = s.log();
+        assert!(!log.is_empty());
+        assert!(
+            !log.contains('\u{1b}'),
+            "{format}: a terminal escape in a log file"
+        );
+        for secret in [
+            "password-of-",
+            "wrong-password-9c2e",
+            "secret-payload-7f3a",
+            alice.token.as_str(),
+            bob.token.as_str(),
+        ] {
+            assert!(
+                !log.contains(secret),
+                "{format}: the log holds {secret:?}:\n{log}"
+            );
+        }
+        if format == "json" {
+            for line in log.lines().filter(|l| !l.trim().is_empty()) {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+            }
+        }
+    }
+}

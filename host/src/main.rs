@@ -102,15 +102,34 @@ fn against(
     Ok(())
 }
 
+/// The log on stderr: `COURIER_LOG` filters it; colours only on a terminal; JSON lines
+/// when the config says `[log] format = "json"`.
+fn init_log(format: courier::config::LogFormat) {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        courier::config::LogFormat::Text => {
+            builder.with_ansi(std::io::stderr().is_terminal()).init()
+        }
+        courier::config::LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    // The server's log takes its format from the config (read again, and checked, by
+    // `serve`); the other commands log as text.
+    let format = match &cli.command {
+        Command::Serve { config } => courier::config::Config::load(config.as_deref())
+            .map(|c| c.log.format)
+            .unwrap_or_default(),
+        Command::Plugin(_) => Default::default(),
+    };
+    init_log(format);
     match cli.command {
         Command::Serve { config } => {
             let rt = match tokio::runtime::Runtime::new() {

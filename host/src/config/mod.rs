@@ -32,6 +32,7 @@ pub struct Config {
     /// `[cluster]`: present, this node is one of several sharing PostgreSQL; absent, it
     /// runs alone.
     pub cluster: Option<ClusterConfig>,
+    pub log: LogConfig,
     /// `[plugins.<name>]`: per-plugin switches, paths and pins, keyed by manifest name.
     pub plugins: BTreeMap<String, PluginEntry>,
 }
@@ -147,6 +148,23 @@ pub struct MessagingConfig {
     pub max_group_members: u32,
     /// A user's friends are told of its presence at most once per this many seconds.
     pub presence_interval_secs: u64,
+}
+
+/// How the server writes its log (to stderr).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Lines for people; coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line, never coloured.
+    Json,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
 }
 
 /// Which message bus carries pushes, kicks and cache invalidations between nodes.

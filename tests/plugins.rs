@@ -878,3 +878,26 @@ fn a_plugin_stopped_by_the_host_fails_with_one_clear_line() {
         "{message}"
     );
 }
+
+#[test]
+fn a_reload_refuses_a_plugin_that_fails_its_own_examples() {
+    let reg = registry("");
+    // The trap fixture declares {"text":"hi"} accepted, and panics on it.
+    let err = reg
+        .reload(
+            &Config::from_toml(&format!(
+                "[plugins.trap]\npath = {}\n",
+                toml_path(&fixture("trap"))
+            ))
+            .unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("trap") && err.contains("fails its own examples"),
+        "{err}"
+    );
+    assert!(err.contains("\"any\" declared accepted"), "{err}");
+    assert!(reg.get(9003).is_none(), "the refused plugin is not loaded");
+    assert!(reg.get(1).is_some(), "the running set stays");
+}

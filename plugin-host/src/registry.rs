@@ -275,6 +275,21 @@ impl PluginRegistry {
                 }
             }
         }
+        // A new or changed plugin must pass its own examples before it takes over.
+        let current = self.snapshot();
+        for (name, p) in &next.by_name {
+            let unchanged = current
+                .by_name
+                .get(name)
+                .is_some_and(|old| old.sha256 == p.sha256);
+            if !unchanged && let Err(why) = examples_hold(p) {
+                refusals.push(format!(
+                    "reload refused: {} ({}) fails its own examples: {why}",
+                    crate::shown(name),
+                    p.source
+                ));
+            }
+        }
         if !refusals.is_empty() {
             return Err(LoadErrors(refusals));
         }
@@ -283,6 +298,55 @@ impl PluginRegistry {
         self.current.store(Arc::new(next));
         tracing::info!(plugins = self.snapshot().by_name.len(), "plugins reloaded");
         Ok(self.list())
+    }
+}
+
+/// Whether every example the plugin declares comes out as declared, sent as the server
+/// would (the host's checks, then `validate`, then the checks of its output). The first
+/// ones that do not, in words.
+fn examples_hold(p: &LoadedPlugin) -> Result<(), String> {
+    let examples = p
+        .pool
+        .call(|s, b| b.courier_plugin_kind().call_examples(s))
+        .0
+        .map_err(|e| format!("examples() failed: {e}"))?;
+    let m = &p.manifest;
+    let sender = m.sender;
+    let mut wrong = Vec::new();
+    for ex in &examples {
+        let ctx = SendContext {
+            sender_id: "example-sender",
+            sender,
+            conversation_type: ex.conversation_type,
+            conversation_id: "1",
+        };
+        let accepted = match precheck(m, &ctx, ex.payload.as_bytes()) {
+            Err(_) => false,
+            Ok(text) => matches!(
+                p.call_validate(&ctx, text).and_then(|r| check_output(m, r)),
+                Ok(Ok(_))
+            ),
+        };
+        if accepted != ex.accepted {
+            wrong.push(format!(
+                "{} declared {}, got {}",
+                crate::shown(&ex.name),
+                if ex.accepted { "accepted" } else { "rejected" },
+                if accepted {
+                    "accepted"
+                } else {
+                    "rejected or failed"
+                }
+            ));
+        }
+        if wrong.len() == 3 {
+            break;
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(wrong.join("; "))
     }
 }
 

@@ -36,6 +36,9 @@ fn build_and_check(example: &str, wasm: &str) {
     println!("{}", report.render());
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.check("cases").map(|c| c.status), Some(Status::Pass));
+    // An example's name never takes one a user's own kind would have (`poll`, `location`).
+    let name = &report.manifest.as_ref().expect("a manifest").name;
+    assert!(name.starts_with("example-"), "{example} is named {name:?}");
 }
 
 #[test]

@@ -81,7 +81,7 @@ function normalize(payload) {
 export const kind = {
   manifest() {
     return {
-      name: "location",
+      name: "example-location",
       version: "1.0.0",
       contentType: 1002,
       delivery: "persistent",

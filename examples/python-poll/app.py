@@ -70,7 +70,7 @@ def to_text(poll: dict) -> str:
 class Kind(exports.Kind):
     def manifest(self) -> KindManifest:
         return KindManifest(
-            name="poll",
+            name="example-poll",
             version="1.0.0",
             content_type=1001,
             delivery=Delivery.PERSISTENT,

@@ -392,7 +392,16 @@ fn start(config: &std::path::Path) -> Server {
 
 /// `start`, the server's log going to `log`.
 fn start_logging(config: &std::path::Path, log: Stdio) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
+    start_in(config, log, None)
+}
+
+/// `start_logging`, run in the folder `cwd` if given.
+fn start_in(config: &std::path::Path, log: Stdio, cwd: Option<&std::path::Path>) -> Server {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd
         .args(["serve", "--config"])
         .arg(config)
         .stdout(Stdio::piped())
@@ -494,25 +503,7 @@ fn the_compiled_plugin_cache_is_on_by_default_beside_the_database() {
     let dir = scratch("default-cache");
     let config = dir.join("courier.toml");
     std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
-    let start_here = || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .current_dir(&dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("listening on "), "{line:?}");
-        Server {
-            child,
-            addr: String::new(),
-        }
-    };
+    let start_here = || start_in(&config, Stdio::null(), Some(&dir));
     drop(start_here());
     let cache = dir.join("data/plugin-cache");
     let compiled = || {

@@ -229,19 +229,8 @@ impl log::Host for HostState {
             );
         }
         self.log_lines += 1;
-        let mut msg = String::with_capacity(MAX_LOG_BYTES.min(message.len()));
-        for c in message.chars() {
-            if msg.len() >= MAX_LOG_BYTES {
-                msg.push('…');
-                break;
-            }
-            // Control characters could forge log lines: escape them.
-            if c.is_control() {
-                msg.extend(c.escape_default());
-            } else {
-                msg.push(c);
-            }
-        }
+        // Control characters could forge log lines: escaped.
+        let msg = escaped(&message, MAX_LOG_BYTES);
         let plugin = &*self.plugin;
         match level {
             LogLevel::Debug => tracing::debug!(plugin, "{msg}"),
@@ -425,12 +414,11 @@ pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> Call
     }
 }
 
-/// The first line of `s`, at most 300 bytes, control characters escaped.
-fn one_line(s: &str) -> String {
-    let first = s.lines().next().unwrap_or_default().trim();
-    let mut out = String::with_capacity(first.len().min(300));
-    for c in first.chars() {
-        if out.len() >= 300 {
+/// `s` with control characters escaped, cut (with `…`) once it reaches `max` bytes.
+fn escaped(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(max.min(s.len()));
+    for c in s.chars() {
+        if out.len() >= max {
             out.push('…');
             break;
         }
@@ -441,6 +429,11 @@ fn one_line(s: &str) -> String {
         }
     }
     out
+}
+
+/// The first line of `s`, at most 300 bytes, control characters escaped.
+fn one_line(s: &str) -> String {
+    escaped(s.lines().next().unwrap_or_default().trim(), 300)
 }
 
 /// The last lines the plugin wrote to stderr, on one line, at most ~300 bytes.

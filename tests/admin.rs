@@ -36,10 +36,13 @@ async fn state_from_file(toml: &str) -> AppState {
 }
 
 /// A SQLite database in the test's own folder, and a fixed token key.
+/// The test's own database, key and compiled-plugin cache (the default cache would be left
+/// in the source tree).
 fn storage_section(dir: &std::path::Path) -> String {
     format!(
-        "[storage]\nurl = \"sqlite://{}\"\n[auth]\njwt_secret = \"{JWT}\"\n",
-        dir.join("courier.db").display()
+        "[storage]\nurl = \"sqlite://{}\"\n[auth]\njwt_secret = \"{JWT}\"\n[runtime]\ncache_dir = {}\n",
+        dir.join("courier.db").display(),
+        toml_path(&dir.join("plugin-cache"))
     )
 }
 
@@ -329,10 +332,14 @@ async fn disable_then_enable_through_the_admin_endpoint() {
 async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_breaking_changes() {
     let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n")).await;
     let path = s.config_path.clone().unwrap();
+    let cache = format!(
+        "[runtime]\ncache_dir = {}\n",
+        toml_path(&path.parent().unwrap().join("plugin-cache"))
+    );
     std::fs::write(
         &path,
         format!(
-            "[server]\nadmin_token = \"{TOKEN}\"\n[plugins.stateful]\npath = {}\n",
+            "{cache}[server]\nadmin_token = \"{TOKEN}\"\n[plugins.stateful]\npath = {}\n",
             toml_path(&fixture("stateful"))
         ),
     )
@@ -344,7 +351,7 @@ async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_
     std::fs::write(
         &path,
         format!(
-            "[server]\nadmin_token = \"{TOKEN}\"\n[plugins.text]\npath = {}\n",
+            "{cache}[server]\nadmin_token = \"{TOKEN}\"\n[plugins.text]\npath = {}\n",
             toml_path(&fixture("changed-text"))
         ),
     )
@@ -557,7 +564,7 @@ fn a_refused_reload_is_logged_however_it_was_asked_for() {
     let head = format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{TOKEN}\"\n{storage}");
     std::fs::write(&config, &head).unwrap();
     let server = start_logging(&config, Stdio::from(std::fs::File::create(&log).unwrap()));
-    std::fs::write(&config, format!("{head}[runtime]\nno_such_key = 1\n")).unwrap();
+    std::fs::write(&config, format!("{head}[gateway]\nno_such_key = 1\n")).unwrap();
     let mut conn = TcpStream::connect(&server.addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
@@ -592,6 +599,7 @@ fn start_up_refusal_names_the_file_and_the_reason() {
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .current_dir(&dir)
         .args(["serve", "--config"])
         .arg(&config)
         .output()
@@ -609,6 +617,7 @@ fn start_up_refusal_names_the_file_and_the_reason() {
     )
     .unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .current_dir(&dir)
         .args(["serve", "--config"])
         .arg(&config)
         .output()
@@ -711,6 +720,7 @@ fn only_environment_variables_shaped_like_config_keys_are_config() {
     std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
     let list = |vars: &[(&str, &str)]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+        cmd.current_dir(&dir);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("COURIER_") {
                 cmd.env_remove(key);

@@ -34,12 +34,22 @@ fn quick() -> CheckOptions {
     }
 }
 
+/// A config of the test's, without the default compiled-plugin cache (it would be left
+/// in the source tree) unless the test names a cache of its own.
+fn config(toml: &str) -> Config {
+    let mut c = Config::from_toml(toml).expect("config");
+    if !toml.contains("cache_dir") {
+        c.runtime.cache_dir = None;
+    }
+    c
+}
+
 fn registry(toml: &str) -> PluginRegistry {
-    PluginRegistry::load(&Config::from_toml(toml).expect("config")).expect("plugins load")
+    PluginRegistry::load(&config(toml)).expect("plugins load")
 }
 
 fn load_error(toml: &str) -> String {
-    match PluginRegistry::load(&Config::from_toml(toml).expect("config")) {
+    match PluginRegistry::load(&config(toml)) {
         Ok(_) => panic!("expected the plugins to be refused"),
         Err(e) => e.to_string(),
     }
@@ -526,13 +536,10 @@ fn reload_swaps_plugins_and_refuses_to_change_delivery_or_unread_counting() {
     let reg = registry("");
     // Add a plugin and switch one off.
     let list = reg
-        .reload(
-            &Config::from_toml(&format!(
-                "[plugins.stateful]\npath = {}\n[plugins.typing]\nenabled = false\n",
-                toml_path(&fixture("stateful"))
-            ))
-            .unwrap(),
-        )
+        .reload(&config(&format!(
+            "[plugins.stateful]\npath = {}\n[plugins.typing]\nenabled = false\n",
+            toml_path(&fixture("stateful"))
+        )))
         .unwrap();
     assert_eq!(list.len(), 11);
     assert!(reg.get(9005).is_some());
@@ -544,13 +551,10 @@ fn reload_swaps_plugins_and_refuses_to_change_delivery_or_unread_counting() {
     );
     // Replacing text with a live, non-counting kind would corrupt history: refused.
     let err = reg
-        .reload(
-            &Config::from_toml(&format!(
-                "[plugins.text]\npath = {}\n",
-                toml_path(&fixture("changed-text"))
-            ))
-            .unwrap(),
-        )
+        .reload(&config(&format!(
+            "[plugins.text]\npath = {}\n",
+            toml_path(&fixture("changed-text"))
+        )))
         .unwrap_err()
         .to_string();
     assert!(
@@ -571,7 +575,7 @@ fn reload_swaps_plugins_and_refuses_to_change_delivery_or_unread_counting() {
     assert!(reg.get(9005).is_some());
     // A reload that fails to load keeps the running set too.
     assert!(
-        reg.reload(&Config::from_toml("[plugins.nope]\nenabled = true\n").unwrap())
+        reg.reload(&config("[plugins.nope]\nenabled = true\n"))
             .is_err()
     );
     assert!(reg.get(9005).is_some());
@@ -773,18 +777,15 @@ fn the_host_checks_what_a_plugin_returns() {
 fn a_kind_removed_and_added_back_changed_is_still_refused() {
     let reg = registry("");
     // Reload without the bundled kinds: text (content type 1) is gone…
-    reg.reload(&Config::from_toml("[runtime]\nbuiltins = false\n").unwrap())
+    reg.reload(&config("[runtime]\nbuiltins = false\n"))
         .unwrap();
     assert!(reg.get(1).is_none());
     // …and may not come back as a live kind.
     let err = reg
-        .reload(
-            &Config::from_toml(&format!(
-                "[runtime]\nbuiltins = false\n[plugins.text]\npath = {}\n",
-                toml_path(&fixture("changed-text"))
-            ))
-            .unwrap(),
-        )
+        .reload(&config(&format!(
+            "[runtime]\nbuiltins = false\n[plugins.text]\npath = {}\n",
+            toml_path(&fixture("changed-text"))
+        )))
         .unwrap_err()
         .to_string();
     assert!(
@@ -884,13 +885,10 @@ fn a_reload_refuses_a_plugin_that_fails_its_own_examples() {
     let reg = registry("");
     // The trap fixture declares {"text":"hi"} accepted, and panics on it.
     let err = reg
-        .reload(
-            &Config::from_toml(&format!(
-                "[plugins.trap]\npath = {}\n",
-                toml_path(&fixture("trap"))
-            ))
-            .unwrap(),
-        )
+        .reload(&config(&format!(
+            "[plugins.trap]\npath = {}\n",
+            toml_path(&fixture("trap"))
+        )))
         .unwrap_err()
         .to_string();
     assert!(

@@ -392,6 +392,18 @@ async fn throughput(
         senders.push(tokio::spawn(async move {
             let to = json!({"conversationId": cid});
             let (mut sent, mut got) = (0u64, 0u64);
+            // An answer (ack or error) counted where it belongs: 1, else 0.
+            let count = |t: &str| {
+                if t.starts_with(r#"{"type":"ack""#) {
+                    acked.fetch_add(1, Ordering::Relaxed);
+                    1
+                } else if t.starts_with(r#"{"type":"error""#) {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    1
+                } else {
+                    0
+                }
+            };
             while Instant::now() < deadline && sent < 10_000_000 {
                 while sent - got < window as u64 {
                     let cmid = format!("t{i}-{sent}");
@@ -403,15 +415,7 @@ async fn throughput(
                 }
                 ws.flush().await.unwrap();
                 match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-                    Ok(Some(Ok(Message::Text(t)))) => {
-                        if t.as_str().starts_with(r#"{"type":"ack""#) {
-                            got += 1;
-                            acked.fetch_add(1, Ordering::Relaxed);
-                        } else if t.as_str().starts_with(r#"{"type":"error""#) {
-                            got += 1;
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    Ok(Some(Ok(Message::Text(t)))) => got += count(t.as_str()),
                     Ok(Some(Ok(_))) => {}
                     _ => break,
                 }
@@ -420,15 +424,7 @@ async fn throughput(
             let drain_until = Instant::now() + Duration::from_secs(10);
             while got < sent && Instant::now() < drain_until {
                 match tokio::time::timeout_at(drain_until.into(), ws.next()).await {
-                    Ok(Some(Ok(Message::Text(t)))) => {
-                        if t.as_str().starts_with(r#"{"type":"ack""#) {
-                            got += 1;
-                            acked.fetch_add(1, Ordering::Relaxed);
-                        } else if t.as_str().starts_with(r#"{"type":"error""#) {
-                            got += 1;
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    Ok(Some(Ok(Message::Text(t)))) => got += count(t.as_str()),
                     Ok(Some(Ok(_))) => {}
                     _ => break,
                 }

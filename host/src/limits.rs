@@ -173,6 +173,25 @@ pub enum Guard {
     AcceptError,
 }
 
+impl Guard {
+    /// Its name in the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Guard::TooManyConnections => "too_many_connections",
+            Guard::TooManyFromAddress => "too_many_from_address",
+            Guard::HeaderTimeout => "header_timeout",
+            Guard::BodyTimeout => "body_timeout",
+            Guard::Idle => "idle",
+            Guard::RequestTimeout => "request_timeout",
+            Guard::HandshakeTimeout => "handshake_timeout",
+            Guard::SlowConsumer => "slow_consumer",
+            Guard::AuthRateLimited => "auth_rate_limited",
+            Guard::HashBusy => "hash_busy",
+            Guard::AcceptError => "accept_error",
+        }
+    }
+}
+
 const GUARDS: [(Guard, &str); 11] = [
     (
         Guard::TooManyConnections,
@@ -234,6 +253,11 @@ impl Guards {
     /// Since start-up.
     pub fn total(&self, g: Guard) -> u64 {
         self.counts[g as usize].load(Ordering::Relaxed)
+    }
+
+    /// Every guard with its count since start-up.
+    pub fn all(&self) -> impl Iterator<Item = (Guard, u64)> + '_ {
+        GUARDS.iter().map(|(g, _)| (*g, self.total(*g)))
     }
 
     /// Logs, once per `GUARD_LOG_INTERVAL`, what was refused in it (nothing when nothing was).

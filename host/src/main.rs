@@ -62,6 +62,39 @@ enum PluginCommand {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Write a complete, building kind into a new folder (see its README.md).
+    New {
+        /// The kind's name: 1-32 characters of a-z, 0-9 and -, not starting with -.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: courier::devkit::new::Lang,
+        /// The content type clients send it as (the bundled kinds have 1-999).
+        #[arg(long, default_value_t = courier::devkit::new::FIRST_OWN_CONTENT_TYPE)]
+        content_type: u32,
+        /// The folder to create (default: ./NAME); it must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Rebuild a kind's folder on every change, run the contract suite, print its verdict,
+    /// and hot-reload a dev server when it passes.
+    Watch {
+        /// The kind's folder (with build.sh, writing build/NAME.wasm; cases/ is replayed).
+        dir: PathBuf,
+        /// The dev server to reload (`POST URL/admin/plugins/reload`); without it, watch
+        /// only builds and checks.
+        #[arg(long)]
+        server: Option<String>,
+        /// The server's admin token (default: $COURIER_ADMIN_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+        /// Milliseconds the folder must stay unchanged before a rebuild.
+        #[arg(long, default_value_t = 300)]
+        debounce_ms: u64,
+        /// Number of fuzzed inputs the suite sends.
+        #[arg(long, default_value_t = CheckOptions::default().fuzz)]
+        fuzz: usize,
+    },
 }
 
 /// Adds the `conflicts` check: against the plugins of `config` (a clash fails), or the
@@ -102,16 +135,23 @@ fn against(
     Ok(())
 }
 
-/// The log on stderr: `COURIER_LOG` filters it; colours only on a terminal; JSON lines
-/// when the config says `[log] format = "json"`.
-fn init_log(format: courier::config::LogFormat) {
+/// The log on stderr: filtered by `COURIER_LOG`, else the config's `log.filter`; colours
+/// only on a terminal; JSON lines when the config says `[log] format = "json"`.
+fn init_log(log: courier::config::LogConfig) {
     use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG")
-        .unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::try_new(&log.filter).unwrap_or_else(|e| {
+            eprintln!(
+                "warning: log.filter {:?} is not a filter ({e}); logging at info",
+                log.filter
+            );
+            "info".into()
+        })
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    match format {
+    match log.format {
         courier::config::LogFormat::Text => {
             builder.with_ansi(std::io::stderr().is_terminal()).init()
         }
@@ -123,13 +163,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server's log takes its format from the config (read again, and checked, by
     // `serve`); the other commands log as text.
-    let format = match &cli.command {
+    let log = match &cli.command {
         Command::Serve { config } => courier::config::Config::load(config.as_deref())
-            .map(|c| c.log.format)
+            .map(|c| c.log)
             .unwrap_or_default(),
         Command::Plugin(_) => Default::default(),
     };
-    init_log(format);
+    init_log(log);
     match cli.command {
         Command::Serve { config } => {
             let rt = match tokio::runtime::Runtime::new() {
@@ -180,6 +220,89 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
+            }
+        }
+        Command::Plugin(PluginCommand::New {
+            name,
+            lang,
+            content_type,
+            dir,
+        }) => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let kind = courier::devkit::new::NewKind {
+                name,
+                lang,
+                content_type,
+                dir,
+            };
+            match courier::devkit::new::create(&kind) {
+                Ok(files) => {
+                    println!(
+                        "created {} ({} files): a {} kind named {}, content type {content_type}",
+                        kind.dir.display(),
+                        files.len(),
+                        lang.title(),
+                        kind.name
+                    );
+                    println!(
+                        "next: cd {} && ./build.sh && courier plugin check build/{}.wasm --cases cases",
+                        kind.dir.display(),
+                        kind.name
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e @ courier::devkit::new::NewError::Io { .. }) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Plugin(PluginCommand::Watch {
+            dir,
+            server,
+            token,
+            debounce_ms,
+            fuzz,
+        }) => {
+            let server = match server {
+                None => None,
+                Some(url) => {
+                    let Some(token) = token.or_else(|| std::env::var("COURIER_ADMIN_TOKEN").ok())
+                    else {
+                        eprintln!(
+                            "error: --server needs the admin token: --token or COURIER_ADMIN_TOKEN"
+                        );
+                        return ExitCode::from(2);
+                    };
+                    match courier::devkit::DevServer::new(&url, token) {
+                        Ok(s) => Some(s),
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            return ExitCode::from(2);
+                        }
+                    }
+                }
+            };
+            let opts = courier::devkit::watch::WatchOptions {
+                dir,
+                server,
+                check: CheckOptions {
+                    fuzz,
+                    ..CheckOptions::default()
+                },
+                poll: std::time::Duration::from_millis(250),
+                quiet: std::time::Duration::from_millis(debounce_ms),
+            };
+            match courier::devkit::watch::run(opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
             }
         }
         Command::Plugin(PluginCommand::List { config }) => {

@@ -226,6 +226,7 @@ impl PluginRegistry {
                 tripped: None,
             }),
             stats: Stats::default(),
+            meters: crate::meters::Meters::new(&checked.manifest.name),
             breaker_failures: rc.breaker_failures as usize,
             breaker_window: Duration::from_secs(rc.breaker_window_secs),
         });

@@ -9,6 +9,7 @@ pub mod check;
 pub mod config;
 pub mod loader;
 pub mod manifest;
+pub mod meters;
 pub mod plugin;
 pub mod pool;
 pub mod registry;

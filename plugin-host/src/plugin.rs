@@ -10,9 +10,10 @@ use serde::Serialize;
 
 use super::loader::Source;
 use super::manifest::Manifest;
+use super::meters::{Meters, Outcome};
 use super::pool::InstancePool;
 use super::registry::SendContext;
-use super::runtime::{CallFailure, ValidateOutcome};
+use super::runtime::{CallCost, CallFailure, ValidateOutcome};
 
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -38,6 +39,7 @@ pub struct LoadedPlugin {
     pub(super) enabled: AtomicBool,
     pub(super) breaker: Mutex<Breaker>,
     pub(super) stats: Stats,
+    pub(super) meters: Meters,
     pub(super) breaker_failures: usize,
     pub(super) breaker_window: Duration,
 }
@@ -106,6 +108,18 @@ impl LoadedPlugin {
         }
     }
 
+    /// Counts a `validate` call of the send path: the per-load counters (a failure also
+    /// feeds the breaker, `record_failure`) and the metrics (time and fuel).
+    pub(super) fn record(&self, outcome: Outcome, cost: &CallCost) {
+        match outcome {
+            Outcome::Accepted => self.stats.accepted.fetch_add(1, Ordering::Relaxed),
+            Outcome::Rejected => self.stats.rejected.fetch_add(1, Ordering::Relaxed),
+            // Busy is load, not the plugin's fault; failures are counted with the breaker.
+            Outcome::Busy | Outcome::Failed => 0,
+        };
+        self.meters.call(outcome, cost);
+    }
+
     /// Counts a failure; trips the breaker (switching the plugin off) after too many.
     pub(super) fn record_failure(&self, failure: &CallFailure) {
         self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -128,12 +142,13 @@ impl LoadedPlugin {
             );
             tracing::error!(plugin = %self.manifest.name, content_type = self.manifest.content_type, "circuit breaker switched the plugin off: {reason}");
             b.tripped = Some(reason);
+            self.meters.trips.increment(1);
             self.enabled.store(false, Ordering::Release);
             self.pool.clear();
         }
     }
 
-    /// Validates under the budget; no registry lookups, no enabled check.
+    /// Validates under the budget; no registry lookups, no enabled check, not counted.
     pub fn call_validate(&self, ctx: &SendContext<'_>, payload: &str) -> ValidateOutcome {
         self.pool.validate(ctx, payload).0
     }

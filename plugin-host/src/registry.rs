@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use wasmtime::component::Component;
 
 use super::manifest::{Delivery, Manifest, SenderKind};
+use super::meters::Outcome;
 pub use super::plugin::{LoadedPlugin, PluginInfo, Stats, StatsSnapshot};
 use super::runtime::{CallFailure, Runtime, ValidateOutcome};
 use crate::config::Setup;
@@ -186,28 +187,30 @@ impl PluginRegistry {
             });
         }
         let text = precheck(m, ctx, payload)?;
-        let outcome = plugin
-            .call_validate(ctx, text)
-            .and_then(|r| check_output(m, r));
-        match outcome {
+        let (answer, cost) = plugin.pool.validate(ctx, text);
+        match answer.and_then(|r| check_output(m, r)) {
             Ok(Ok(normalized)) => {
-                plugin.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                plugin.record(Outcome::Accepted, &cost);
                 Ok(Validated {
                     plugin,
                     payload: normalized,
                 })
             }
             Ok(Err((code, message))) => {
-                plugin.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                plugin.record(Outcome::Rejected, &cost);
                 Err(ValidateError::Invalid { code, message })
             }
-            // Every instance busy is load, not the plugin's fault: not counted.
-            Err(failure @ CallFailure::Busy { .. }) => Err(ValidateError::Busy {
-                name: m.name.clone(),
-                content_type,
-                failure,
-            }),
+            // Every instance busy is load, not the plugin's fault: not counted as failed.
+            Err(failure @ CallFailure::Busy { .. }) => {
+                plugin.record(Outcome::Busy, &cost);
+                Err(ValidateError::Busy {
+                    name: m.name.clone(),
+                    content_type,
+                    failure,
+                })
+            }
             Err(failure) => {
+                plugin.record(Outcome::Failed, &cost);
                 plugin.record_failure(&failure);
                 Err(ValidateError::PluginFailed {
                     name: m.name.clone(),

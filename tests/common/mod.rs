@@ -135,4 +135,5 @@ macro_rules! on_both {
 
 pub mod cluster;
 pub mod groups;
+pub mod kinds;
 pub mod server;

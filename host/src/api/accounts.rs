@@ -11,15 +11,18 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::schema::{DeletedAnswer, LogoutAnswer, RevokeAnswer, TokenAnswer};
 use super::{AppState, Authenticated, Body, Code, Error, Peer, require_admin};
 use crate::auth::{Busy, valid_user_id};
 use crate::limits::Guard;
 use crate::store::accounts::DELETED_PREFIX;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Credentials {
+    #[schema(pattern = "^[A-Za-z0-9_.@-]{1,64}$")]
     user_id: String,
+    #[schema(min_length = 8, max_length = 256)]
     password: String,
 }
 
@@ -58,6 +61,8 @@ fn busy(s: &AppState, e: Busy) -> Error {
     Error::busy(e.to_string())
 }
 
+#[utoipa::path(post, path = "/v1/auth/register", tag = "accounts", request_body = Credentials,
+    responses((status = 201, body = TokenAnswer)))]
 pub async fn register(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
@@ -103,6 +108,8 @@ pub async fn register(
     Ok((StatusCode::CREATED, token_body(&s, &c.user_id).await?))
 }
 
+#[utoipa::path(post, path = "/v1/auth/login", tag = "accounts", request_body = Credentials,
+    responses((status = 200, body = TokenAnswer)))]
 pub async fn login(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
@@ -141,6 +148,8 @@ pub async fn login(
 
 /// `POST /v1/auth/logout`: the token of this request stops working; the connections
 /// opened with it close (4003).
+#[utoipa::path(post, path = "/v1/auth/logout", tag = "accounts", security(("userToken" = [])),
+    responses((status = 200, body = LogoutAnswer)))]
 pub async fn logout(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
@@ -151,6 +160,8 @@ pub async fn logout(
 
 /// `POST /v1/auth/revoke-all`: every token of the caller issued until now stops working,
 /// this one included; every connection of the caller closes (4003).
+#[utoipa::path(post, path = "/v1/auth/revoke-all", tag = "accounts", security(("userToken" = [])),
+    responses((status = 200, body = RevokeAnswer)))]
 pub async fn revoke_all(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
@@ -161,7 +172,7 @@ pub async fn revoke_all(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Confirm {
     password: Option<String>,
@@ -169,6 +180,9 @@ pub struct Confirm {
 
 /// `DELETE /v1/account`: deletes the caller's account. An account with a password must
 /// give it again (`{"password": "…"}`); one known only from tokens needs no body.
+#[utoipa::path(delete, path = "/v1/account", tag = "accounts", security(("userToken" = [])),
+    request_body(content = Option<Confirm>, description = "the password of an account that has one"),
+    responses((status = 200, body = DeletedAnswer)))]
 pub async fn delete_own(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
@@ -246,6 +260,9 @@ async fn known_user(s: &AppState, user: &str) -> Result<bool, Error> {
 }
 
 /// `POST /admin/users/{userId}/revoke-all`.
+#[utoipa::path(post, path = "/admin/users/{userId}/revoke-all", tag = "admin",
+    security(("adminToken" = [])), params(("userId" = String, Path)),
+    responses((status = 200, body = RevokeAnswer)))]
 pub async fn admin_revoke_all(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -264,6 +281,9 @@ pub async fn admin_revoke_all(
 
 /// `DELETE /admin/users/{userId}`: deletes the account (again: finishes an interrupted
 /// deletion).
+#[utoipa::path(delete, path = "/admin/users/{userId}", tag = "admin",
+    security(("adminToken" = [])), params(("userId" = String, Path)),
+    responses((status = 200, body = DeletedAnswer)))]
 pub async fn admin_delete(
     State(s): State<AppState>,
     headers: HeaderMap,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{AppState, Body, Code, Error, User};
+use super::{AppState, Body, Code, Error, User, schema};
 use crate::messaging::batch::Op;
 use crate::messaging::{Answer, Prepared, SendAnswer};
 use crate::protocol::frames::{SendFrame, raw};
@@ -21,7 +21,7 @@ fn conversation_id(path: IdPath) -> Result<i64, Error> {
 }
 
 /// A stored message as pulls return it: the `notify` envelope without `type`.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageView {
     conversation_type: u8,
@@ -31,6 +31,7 @@ pub struct MessageView {
     sender_id: String,
     content_type: u32,
     /// `null` once recalled.
+    #[schema(value_type = Option<Object>, required = true)]
     payload: Option<Box<RawValue>>,
     server_time: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,6 +56,8 @@ impl From<MessageRow> for MessageView {
     }
 }
 
+#[utoipa::path(post, path = "/v1/messages", tag = "sync", security(("userToken" = [])),
+    request_body = SendFrame, responses((status = 200, body = schema::SendAnswer)))]
 pub async fn send(
     State(s): State<AppState>,
     User(user): User,
@@ -79,8 +82,9 @@ pub async fn send(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PullQuery {
     after_seq: Option<i64>,
     before_seq: Option<i64>,
@@ -90,6 +94,9 @@ pub struct PullQuery {
 /// Largest page of a pull.
 pub const PULL_MAX: i64 = 500;
 
+#[utoipa::path(get, path = "/v1/conversations/{id}/messages", tag = "sync",
+    security(("userToken" = [])), params(("id" = i64, Path, description = "the conversation id"), PullQuery),
+    responses((status = 200, body = schema::MessagePage)))]
 pub async fn pull(
     State(s): State<AppState>,
     User(user): User,
@@ -137,8 +144,9 @@ pub async fn pull(
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct OverviewQuery {
     cursor: Option<String>,
     limit: Option<i64>,
@@ -167,6 +175,8 @@ fn overview_view(s: &AppState, r: OverviewRow) -> Value {
     })
 }
 
+#[utoipa::path(get, path = "/v1/conversations", tag = "sync", security(("userToken" = [])),
+    params(OverviewQuery), responses((status = 200, body = schema::Overview)))]
 pub async fn overview(
     State(s): State<AppState>,
     User(user): User,
@@ -207,6 +217,8 @@ pub async fn overview(
     Ok(Json(json!({ "conversations": list, "nextCursor": next })))
 }
 
+#[utoipa::path(get, path = "/v1/conversations/{id}", tag = "sync", security(("userToken" = [])),
+    params(("id" = i64, Path, description = "the conversation id")), responses((status = 200, body = schema::ConversationEntry)))]
 pub async fn one(
     State(s): State<AppState>,
     User(user): User,
@@ -224,12 +236,15 @@ pub async fn one(
     Ok(Json(overview_view(&s, row)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadBody {
     seq: i64,
 }
 
+#[utoipa::path(post, path = "/v1/conversations/{id}/read", tag = "sync",
+    security(("userToken" = [])), params(("id" = i64, Path, description = "the conversation id")), request_body = ReadBody,
+    responses((status = 200, body = crate::protocol::frames::ReadAck)))]
 pub async fn read(
     State(s): State<AppState>,
     User(user): User,
@@ -248,6 +263,9 @@ pub async fn read(
     }
 }
 
+#[utoipa::path(get, path = "/v1/conversations/{id}/read-positions", tag = "sync",
+    security(("userToken" = [])), params(("id" = i64, Path, description = "the conversation id")),
+    responses((status = 200, body = schema::ReadPositions)))]
 pub async fn read_positions(
     State(s): State<AppState>,
     User(user): User,

@@ -5,7 +5,7 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Body, Code, Error, User};
+use super::{AppState, Body, Code, Error, User, schema};
 use crate::protocol::Refused;
 use crate::social::groups_info as info;
 use crate::social::{GroupPatch, NewGroup};
@@ -52,6 +52,9 @@ async fn current_role(s: &AppState, id: i64, user: &str) -> Result<(Group, Role)
     Ok((g, role))
 }
 
+#[utoipa::path(post, path = "/v1/groups", tag = "groups", security(("userToken" = [])),
+    request_body = NewGroup,
+    responses((status = 200, body = schema::GroupInfo)))]
 pub async fn create(
     State(s): State<AppState>,
     User(user): User,
@@ -60,6 +63,8 @@ pub async fn create(
     Ok(Json(s.core.create_group(&user, b).await?))
 }
 
+#[utoipa::path(get, path = "/v1/groups", tag = "groups", security(("userToken" = [])),
+    responses((status = 200, body = schema::MyGroups)))]
 pub async fn mine(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
     let list: Vec<Value> = s
         .core
@@ -79,6 +84,8 @@ pub async fn mine(State(s): State<AppState>, User(user): User) -> Result<Json<Va
     Ok(Json(json!({ "groups": list })))
 }
 
+#[utoipa::path(get, path = "/v1/groups/{id}", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    responses((status = 200, body = schema::GroupInfo)))]
 pub async fn one(
     State(s): State<AppState>,
     User(user): User,
@@ -98,6 +105,9 @@ pub async fn one(
     Ok(Json(info(&g)))
 }
 
+#[utoipa::path(patch, path = "/v1/groups/{id}", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = GroupPatch,
+    responses((status = 200, body = schema::GroupInfo)))]
 pub async fn patch(
     State(s): State<AppState>,
     User(user): User,
@@ -107,13 +117,16 @@ pub async fn patch(
     Ok(Json(s.core.patch_group(&user, group_id(path)?, b).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct MembersQuery {
     after: Option<String>,
     limit: Option<i64>,
 }
 
+#[utoipa::path(get, path = "/v1/groups/{id}/members", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id"), MembersQuery),
+    responses((status = 200, body = schema::Members)))]
 pub async fn members(
     State(s): State<AppState>,
     User(user): User,
@@ -155,7 +168,7 @@ pub async fn members(
     Ok(Json(json!({ "members": list, "hasMore": has_more })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UsersBody {
     user_ids: Vec<String>,
@@ -163,6 +176,9 @@ pub struct UsersBody {
     reason: String,
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/members", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = UsersBody,
+    responses((status = 200, body = schema::Added)))]
 pub async fn add(
     State(s): State<AppState>,
     User(user): User,
@@ -179,6 +195,9 @@ pub async fn add(
     Ok(Json(json!({ "added": added })))
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/kick", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = UsersBody,
+    responses((status = 200, body = schema::Kicked)))]
 pub async fn kick(
     State(s): State<AppState>,
     User(user): User,
@@ -192,6 +211,8 @@ pub async fn kick(
     Ok(Json(json!({ "kicked": kicked })))
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/quit", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    responses((status = 200, body = schema::QuitAnswer)))]
 pub async fn quit(
     State(s): State<AppState>,
     User(user): User,
@@ -202,6 +223,8 @@ pub async fn quit(
     Ok(Json(json!({ "conversationId": id, "memberState": "left" })))
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/dissolve", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    responses((status = 200, body = schema::DissolveAnswer)))]
 pub async fn dissolve(
     State(s): State<AppState>,
     User(user): User,
@@ -212,12 +235,15 @@ pub async fn dissolve(
     Ok(Json(json!({ "conversationId": id, "state": "dissolved" })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UserBody {
     user_id: String,
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/transfer", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = UserBody,
+    responses((status = 200, body = schema::GroupInfo)))]
 pub async fn transfer(
     State(s): State<AppState>,
     User(user): User,
@@ -229,6 +255,8 @@ pub async fn transfer(
     ))
 }
 
+#[utoipa::path(put, path = "/v1/groups/{id}/admins/{userId}", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id"), ("userId" = String, Path)),
+    responses((status = 200, body = schema::AdminAnswer)))]
 pub async fn make_admin(
     State(s): State<AppState>,
     User(user): User,
@@ -238,6 +266,8 @@ pub async fn make_admin(
     Ok(Json(s.core.set_admin(&user, id, &other, true).await?))
 }
 
+#[utoipa::path(delete, path = "/v1/groups/{id}/admins/{userId}", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id"), ("userId" = String, Path)),
+    responses((status = 200, body = schema::AdminAnswer)))]
 pub async fn unmake_admin(
     State(s): State<AppState>,
     User(user): User,
@@ -247,13 +277,16 @@ pub async fn unmake_admin(
     Ok(Json(s.core.set_admin(&user, id, &other, false).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MuteBody {
     user_id: String,
     until: i64,
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/mute", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = MuteBody,
+    responses((status = 200, body = schema::MuteAnswer)))]
 pub async fn mute(
     State(s): State<AppState>,
     User(user): User,
@@ -267,13 +300,16 @@ pub async fn mute(
     ))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinBody {
     #[serde(default)]
     message: String,
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/join", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = Option<JoinBody>,
+    responses((status = 200, body = schema::JoinAnswer)))]
 pub async fn join(
     State(s): State<AppState>,
     User(user): User,
@@ -285,6 +321,8 @@ pub async fn join(
     Ok(Json(s.core.join(&user, id, &message).await?))
 }
 
+#[utoipa::path(get, path = "/v1/groups/{id}/join-requests", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    responses((status = 200, body = schema::JoinRequests)))]
 pub async fn join_requests(
     State(s): State<AppState>,
     User(user): User,
@@ -317,6 +355,8 @@ pub async fn join_requests(
     Ok(Json(json!({ "requests": list })))
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/join-requests/{userId}/approve", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id"), ("userId" = String, Path)),
+    responses((status = 200, body = schema::JoinDecision)))]
 pub async fn approve(
     State(s): State<AppState>,
     User(user): User,
@@ -326,6 +366,8 @@ pub async fn approve(
     Ok(Json(s.core.decide_join(&user, id, &other, true).await?))
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/join-requests/{userId}/reject", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id"), ("userId" = String, Path)),
+    responses((status = 200, body = schema::JoinDecision)))]
 pub async fn reject(
     State(s): State<AppState>,
     User(user): User,
@@ -335,12 +377,15 @@ pub async fn reject(
     Ok(Json(s.core.decide_join(&user, id, &other, false).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReceiptsBody {
     seqs: Vec<i64>,
 }
 
+#[utoipa::path(post, path = "/v1/groups/{id}/receipts", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
+    request_body = ReceiptsBody,
+    responses((status = 200, body = schema::Receipts)))]
 pub async fn receipts(
     State(s): State<AppState>,
     User(user): User,

@@ -6,6 +6,9 @@ mod accounts;
 mod conversations;
 pub mod error;
 mod groups;
+mod metrics;
+pub mod openapi;
+mod schema;
 mod social;
 
 use std::path::PathBuf;
@@ -114,9 +117,18 @@ impl axum::extract::FromRef<AppState> for Gateway {
     }
 }
 
+/// The router of `server.metrics_listen`: `GET /metrics` without a token.
+pub fn metrics_app(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::open))
+        .fallback(no_route)
+        .with_state(state)
+}
+
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/v1/openapi.json", get(openapi::serve))
         .route("/v1/auth/register", post(accounts::register))
         .route("/v1/auth/login", post(accounts::login))
         .route("/v1/auth/logout", post(accounts::logout))
@@ -184,6 +196,7 @@ pub fn app(state: AppState) -> Router {
         .route("/admin/plugins/reload", post(reload))
         .route("/admin/validate", post(dry_run))
         .route("/admin/node", get(admin_node))
+        .route("/metrics", get(metrics::on_admin_token))
         .route("/admin/users/{userId}/stream/reset", post(reset_stream))
         .route(
             "/admin/users/{userId}/revoke-all",
@@ -195,6 +208,7 @@ pub fn app(state: AppState) -> Router {
         )
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(metrics::observe))
         .with_state(state)
 }
 
@@ -211,6 +225,8 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Error
 
 /// `ok`, or `degraded` with the reasons: a cluster node that cannot reach Redis or the
 /// bus still serves its own devices and every pull.
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, body = schema::Health)))]
 async fn healthz(State(s): State<AppState>) -> Json<Value> {
     let reasons = s.core.delivery.degraded();
     if reasons.is_empty() {
@@ -222,6 +238,8 @@ async fn healthz(State(s): State<AppState>) -> Json<Value> {
 
 /// `GET /admin/node`: this node's health, its commit batches, and in cluster mode what it
 /// forwarded to the other nodes.
+#[utoipa::path(get, path = "/admin/node", tag = "admin", security(("adminToken" = [])),
+    responses((status = 200, body = schema::NodeState)))]
 async fn admin_node(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let reasons = s.core.delivery.degraded();
@@ -234,6 +252,8 @@ async fn admin_node(State(s): State<AppState>, headers: HeaderMap) -> Result<Jso
     })))
 }
 
+#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", security(("userToken" = [])),
+    responses((status = 200, body = schema::PluginList)))]
 async fn list_plugins(_user: User, State(s): State<AppState>) -> Json<Value> {
     Json(json!({ "plugins": s.registry.list() }))
 }
@@ -346,6 +366,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+#[utoipa::path(get, path = "/admin/plugins", tag = "admin", security(("adminToken" = [])),
+    responses((status = 200, body = schema::PluginList)))]
 async fn admin_list(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     Ok(Json(json!({ "plugins": s.registry.list() })))
@@ -359,6 +381,9 @@ fn plugin_name(
         .map_err(|e| Error::bad_request(format!("bad plugin name in the path: {e}")))
 }
 
+#[utoipa::path(post, path = "/admin/plugins/{name}/enable", tag = "admin",
+    security(("adminToken" = [])), params(("name" = String, Path, description = "the plugin's name")),
+    responses((status = 200, body = schema::PluginAnswer)))]
 async fn enable(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -367,6 +392,9 @@ async fn enable(
     switch(s, headers, plugin_name(path)?, true)
 }
 
+#[utoipa::path(post, path = "/admin/plugins/{name}/disable", tag = "admin",
+    security(("adminToken" = [])), params(("name" = String, Path, description = "the plugin's name")),
+    responses((status = 200, body = schema::PluginAnswer)))]
 async fn disable(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -388,10 +416,14 @@ fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Jso
     Ok(Json(json!({ "plugin": info })))
 }
 
+#[utoipa::path(post, path = "/admin/plugins/reload", tag = "admin", security(("adminToken" = [])),
+    responses((status = 200, body = schema::PluginList)))]
 async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let state = s.clone();
-    let result = tokio::task::spawn_blocking(move || state.reload())
+    // The reload's log lines carry the request's id.
+    let span = tracing::Span::current();
+    let result = tokio::task::spawn_blocking(move || span.in_scope(|| state.reload()))
         .await
         .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
     match result {
@@ -401,6 +433,9 @@ async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Va
 }
 
 /// Compacts a user's stream: a new epoch, so their devices resync from the snapshots.
+#[utoipa::path(post, path = "/admin/users/{userId}/stream/reset", tag = "admin",
+    security(("adminToken" = [])), params(("userId" = String, Path)),
+    responses((status = 200, body = schema::StreamReset)))]
 async fn reset_stream(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -431,12 +466,13 @@ async fn reset_stream(
     Ok(Json(json!({ "userId": user, "epoch": epoch })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct DryRun {
     content_type: u32,
     conversation_type: u8,
     /// The payload as a JSON value (sent to the plugin as its JSON text).
+    #[schema(value_type = Object)]
     payload: Value,
     /// Validate as the server itself (system kinds).
     #[serde(default)]
@@ -444,6 +480,8 @@ struct DryRun {
 }
 
 /// Runs the send path's plugin checks on a payload without sending anything.
+#[utoipa::path(post, path = "/admin/validate", tag = "admin", security(("adminToken" = [])),
+    request_body = DryRun, responses((status = 200, body = schema::DryRunAnswer)))]
 async fn dry_run(
     State(s): State<AppState>,
     headers: HeaderMap,

@@ -5,7 +5,7 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Body, Code, Error, User};
+use super::{AppState, Body, Code, Error, User, schema};
 use crate::protocol::frames::raw;
 use crate::social::Decision;
 use crate::store::social::FriendRequest;
@@ -23,14 +23,17 @@ fn query<T>(q: Rejected<Query<T>>) -> Result<T, Error> {
         .map_err(|e| Error::bad_request(format!("bad query: {e}")))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
     epoch: Option<i64>,
     after_seq: Option<i64>,
     limit: Option<i64>,
 }
 
+#[utoipa::path(get, path = "/v1/user-stream", tag = "social", security(("userToken" = [])), params(StreamQuery),
+    responses((status = 200, body = schema::UserStreamPage)))]
 pub async fn user_stream(
     State(s): State<AppState>,
     User(user): User,
@@ -82,7 +85,7 @@ pub async fn user_stream(
     })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequestBody {
     user_id: String,
@@ -90,6 +93,8 @@ pub struct RequestBody {
     message: String,
 }
 
+#[utoipa::path(post, path = "/v1/friends/requests", tag = "social", security(("userToken" = [])), request_body = RequestBody,
+    responses((status = 200, body = schema::FriendRequestAnswer)))]
 pub async fn request_friend(
     State(s): State<AppState>,
     User(user): User,
@@ -112,6 +117,8 @@ async fn decide(
     ))
 }
 
+#[utoipa::path(post, path = "/v1/friends/requests/{id}/accept", tag = "social", security(("userToken" = [])), params(("id" = String, Path, description = "the request id")),
+    responses((status = 200, body = schema::FriendRequestAnswer)))]
 pub async fn accept(
     State(s): State<AppState>,
     User(user): User,
@@ -120,6 +127,8 @@ pub async fn accept(
     decide(s, user, path, Decision::Accept).await
 }
 
+#[utoipa::path(post, path = "/v1/friends/requests/{id}/reject", tag = "social", security(("userToken" = [])), params(("id" = String, Path, description = "the request id")),
+    responses((status = 200, body = schema::FriendRequestAnswer)))]
 pub async fn reject(
     State(s): State<AppState>,
     User(user): User,
@@ -128,6 +137,8 @@ pub async fn reject(
     decide(s, user, path, Decision::Reject).await
 }
 
+#[utoipa::path(post, path = "/v1/friends/requests/{id}/cancel", tag = "social", security(("userToken" = [])), params(("id" = String, Path, description = "the request id")),
+    responses((status = 200, body = schema::FriendRequestAnswer)))]
 pub async fn cancel(
     State(s): State<AppState>,
     User(user): User,
@@ -136,9 +147,11 @@ pub async fn cancel(
     decide(s, user, path, Decision::Cancel).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct RequestsQuery {
+    /// `in` (the default) or `out`.
     direction: Option<String>,
 }
 
@@ -154,6 +167,8 @@ fn request_view(r: &FriendRequest) -> Value {
     })
 }
 
+#[utoipa::path(get, path = "/v1/friends/requests", tag = "social", security(("userToken" = [])), params(RequestsQuery),
+    responses((status = 200, body = schema::FriendRequests)))]
 pub async fn requests(
     State(s): State<AppState>,
     User(user): User,
@@ -174,6 +189,8 @@ pub async fn requests(
     Ok(Json(json!({ "requests": list })))
 }
 
+#[utoipa::path(get, path = "/v1/friends", tag = "social", security(("userToken" = [])),
+    responses((status = 200, body = schema::Friends)))]
 pub async fn friends(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
     let list: Vec<Value> = s
         .core
@@ -187,6 +204,8 @@ pub async fn friends(State(s): State<AppState>, User(user): User) -> Result<Json
     Ok(Json(json!({ "friends": list })))
 }
 
+#[utoipa::path(delete, path = "/v1/friends/{userId}", tag = "social", security(("userToken" = [])), params(("userId" = String, Path)),
+    responses((status = 200, body = schema::Removed)))]
 pub async fn remove_friend(
     State(s): State<AppState>,
     User(user): User,
@@ -197,6 +216,8 @@ pub async fn remove_friend(
     Ok(Json(json!({ "userId": other, "removed": true })))
 }
 
+#[utoipa::path(get, path = "/v1/blocks", tag = "social", security(("userToken" = [])),
+    responses((status = 200, body = schema::Blocks)))]
 pub async fn blocks(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
     let list: Vec<Value> = s
         .core
@@ -210,6 +231,8 @@ pub async fn blocks(State(s): State<AppState>, User(user): User) -> Result<Json<
     Ok(Json(json!({ "blocks": list })))
 }
 
+#[utoipa::path(put, path = "/v1/blocks/{userId}", tag = "social", security(("userToken" = [])), params(("userId" = String, Path)),
+    responses((status = 200, body = schema::BlockAnswer)))]
 pub async fn block(
     State(s): State<AppState>,
     User(user): User,
@@ -220,6 +243,8 @@ pub async fn block(
     Ok(Json(json!({ "userId": other, "blocked": true })))
 }
 
+#[utoipa::path(delete, path = "/v1/blocks/{userId}", tag = "social", security(("userToken" = [])), params(("userId" = String, Path)),
+    responses((status = 200, body = schema::BlockAnswer)))]
 pub async fn unblock(
     State(s): State<AppState>,
     User(user): User,
@@ -230,13 +255,17 @@ pub async fn unblock(
     Ok(Json(json!({ "userId": other, "blocked": false })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PresenceQuery {
+    /// User ids separated by commas, at most 200.
     user_ids: String,
 }
 
 /// `GET /v1/presence?userIds=a,b`: who of them is online, of those the caller may see.
+#[utoipa::path(get, path = "/v1/presence", tag = "social", security(("userToken" = [])), params(PresenceQuery),
+    responses((status = 200, body = schema::PresenceAnswer)))]
 pub async fn presence(
     State(s): State<AppState>,
     User(user): User,

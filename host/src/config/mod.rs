@@ -44,6 +44,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Bearer token for `/admin/*`. Without it the admin endpoints answer `admin_disabled`.
     pub admin_token: Option<String>,
+    /// A second address serving only `GET /metrics`, without a token (for Prometheus;
+    /// bind it where only the scraper reaches). Unset: `/metrics` is on the main address,
+    /// on the admin token.
+    pub metrics_listen: Option<SocketAddr>,
     /// This server's number (0–1023), part of every message id it makes: give each node
     /// sharing one database its own.
     pub node_id: u16,
@@ -161,10 +165,13 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     pub format: LogFormat,
+    /// What is logged, as `tracing` filter directives (`info`, `warn,courier::gateway=debug`);
+    /// the `COURIER_LOG` environment variable, when set, wins.
+    pub filter: String,
 }
 
 /// Which message bus carries pushes, kicks and cache invalidations between nodes.
@@ -324,11 +331,21 @@ impl Config {
     }
 }
 
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::default(),
+            filter: "info".to_string(),
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             admin_token: None,
+            metrics_listen: None,
             node_id: 0,
             max_connections: 0,
             max_connections_per_address: 1000,

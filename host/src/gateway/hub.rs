@@ -75,6 +75,15 @@ const SHARDS: usize = 32;
 
 type Shard = Mutex<HashMap<String, Vec<Arc<Device>>>>;
 
+/// A snapshot of a hub (`Hub::load`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Load {
+    pub connections: usize,
+    pub users: usize,
+    pub outbox_frames: usize,
+    pub outbox_bytes: usize,
+}
+
 pub struct Hub {
     shards: Box<[Shard]>,
     hasher: std::collections::hash_map::RandomState,
@@ -160,6 +169,23 @@ impl Hub {
             }
         }
         out
+    }
+
+    /// What is connected to this node now, and what waits for it.
+    pub fn load(&self) -> Load {
+        let mut load = Load {
+            outbox_bytes: self.outbox_bytes(),
+            ..Load::default()
+        };
+        for shard in self.shards.iter() {
+            let shard = shard.lock().expect("hub lock");
+            load.users += shard.len();
+            for d in shard.values().flatten() {
+                load.connections += 1;
+                load.outbox_frames += d.outbox.queued();
+            }
+        }
+        load
     }
 
     /// Whether `user_id` has a device connected to this node.

@@ -29,8 +29,10 @@ use crate::messaging::Respond;
 use crate::messaging::batch::Op;
 use crate::messaging::{Core, Session};
 use crate::protocol::{Code, Error, Peer, bearer, frames};
+use crate::telemetry;
 use frames::{Peek, ReadFrame, SendFrame};
 use hub::{Device, Hub};
+use tracing::Instrument as _;
 
 /// What the WebSocket needs: the core (sends, reads, who may connect), this node's hub
 /// (the connections it registers) and what else hears of them (`links`).
@@ -61,6 +63,15 @@ fn valid_device_id(s: &str) -> bool {
 }
 
 /// `GET /v1/ws?deviceId=…[&token=…][&presence=true]`: the token from the query or `Authorization: Bearer`.
+#[utoipa::path(get, path = "/v1/ws", tag = "websocket",
+    description = "The WebSocket upgrade (RFC 6455: `Connection: upgrade`, `Upgrade: websocket`, `Sec-WebSocket-Version: 13`, `Sec-WebSocket-Key`); the frames are in docs/protocol.md",
+    security(("userToken" = []), ()),
+    params(
+        ("deviceId" = String, Query, description = "1 to 64 of A-Z a-z 0-9 _ . - :"),
+        ("token" = Option<String>, Query, description = "the user's token, when not in `Authorization: Bearer`"),
+        ("presence" = Option<bool>, Query, description = "`true`: this connection gets its friends' `presence` frames"),
+    ),
+    responses((status = 101, description = "Switching Protocols: the connection is a WebSocket")))]
 pub async fn upgrade(
     State(gateway): State<Gateway>,
     query: Result<Query<Connect>, axum::extract::rejection::QueryRejection>,
@@ -110,7 +121,12 @@ pub async fn upgrade(
         let socket =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
-        run(gateway, socket, session, device_id, q.presence, deadline).await;
+        // The connection's log lines carry its id (the `sessionId` of its hello), user and
+        // device.
+        let span = tracing::info_span!("connection", conn = tracing::field::Empty, user = %session.user_id, device = %device_id);
+        run(gateway, socket, session, device_id, q.presence, deadline)
+            .instrument(span)
+            .await;
     });
     let mut res = Response::new(Body::empty());
     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -192,6 +208,8 @@ async fn run(
     );
     device.presence = presence;
     let device = Arc::new(device);
+    tracing::Span::current().record("conn", format!("{:016x}", device.session));
+    tracing::debug!("connected");
     let hello = frames::hello(
         &device.user_id,
         &device.device_id,
@@ -203,6 +221,7 @@ async fn run(
     // hello reaches it; pushes wait in the outbox until the hello is out.
     let first = hub.register(device.clone());
     links.connected(&device, first).await;
+    telemetry::frame_out(&hello);
     match tokio::time::timeout_at(handshake_deadline.into(), socket.send(Message::Text(hello)))
         .await
     {
@@ -260,6 +279,7 @@ async fn run(
                     // connection's task stays small.
                     Message::Text(text) => Box::pin(handle(&core, &device, &mut bucket, text.as_str())).await,
                     Message::Binary(_) => {
+                        telemetry::frame_in("binary");
                         device.in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                         device.answer(frames::error(None, &Error::new(Code::BadFrame, "frames are JSON text, not binary")));
                     }
@@ -278,6 +298,7 @@ async fn run(
     };
     drop(out);
     leave(&hub, &*links, &device).await;
+    tracing::debug!("disconnected");
     match end {
         // The answer to the client's close frame is queued: send it; the server then
         // closes TCP first, as RFC 6455 asks.
@@ -319,9 +340,9 @@ async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
         _ => None,
     };
     if let Some(message) = kicked {
-        let _ = socket
-            .send(Message::Text(frames::kicked(why.reason(), message)))
-            .await;
+        let frame = frames::kicked(why.reason(), message);
+        telemetry::frame_out(&frame);
+        let _ = socket.send(Message::Text(frame)).await;
     }
     let _ = socket
         .send(Message::Close(Some(CloseFrame {
@@ -372,6 +393,7 @@ async fn write_all(
     limit: Duration,
 ) -> Result<Result<(), WsError>, tokio::time::error::Elapsed> {
     for frame in out.drain(..) {
+        telemetry::frame_out(frame.text().as_str());
         if let Err(e) =
             tokio::time::timeout(limit, socket.feed(Message::Text(frame.text()))).await?
         {
@@ -391,6 +413,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         device.answer(frames::error(id, &e));
     };
     if text.len() > core.settings.max_frame_bytes {
+        telemetry::frame_in("invalid");
         return reply_err(
             None,
             Error::new(
@@ -406,6 +429,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
     let peek: Peek = match serde_json::from_str(text) {
         Ok(p) => p,
         Err(e) => {
+            telemetry::frame_in("invalid");
             return reply_err(
                 None,
                 Error::new(Code::BadFrame, format!("not a JSON object: {e}")),
@@ -416,12 +440,20 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Some(serde_json::Value::String(s)) if s.len() <= 64 => Some(s.as_str()),
         None => None,
         Some(_) => {
+            telemetry::frame_in("invalid");
             return reply_err(
                 None,
                 Error::new(Code::BadFrame, "id must be a string of at most 64 bytes"),
             );
         }
     };
+    telemetry::frame_in(match peek.kind.as_deref() {
+        Some("send") => "send",
+        Some("read") => "read",
+        Some("ping") => "ping",
+        Some(_) => "unknown",
+        None => "invalid",
+    });
     match peek.kind.as_deref() {
         Some("send") => {
             if !bucket.take() {

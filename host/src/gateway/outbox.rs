@@ -173,6 +173,7 @@ impl Outbox {
                     }
                     None if node_over || s.held() + len > self.byte_limit * 3 / 4 => {
                         s.dropped += 1;
+                        crate::telemetry::outbox_dropped(class);
                         return Queued::Dropped;
                     }
                     None if s.latest >= LATEST_MAX => {
@@ -180,6 +181,7 @@ impl Outbox {
                             s.remove(i);
                         }
                         s.dropped += 1;
+                        crate::telemetry::outbox_dropped(class);
                         Queued::Yes
                     }
                     None => {
@@ -194,6 +196,7 @@ impl Outbox {
                     || s.held() + len > self.byte_limit * 3 / 4
                 {
                     s.dropped += 1;
+                    crate::telemetry::outbox_dropped(class);
                     return Queued::Dropped;
                 }
                 Queued::Yes

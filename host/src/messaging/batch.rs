@@ -39,6 +39,8 @@ pub struct NewMessage {
     pub counts_unread: bool,
     /// The recall kind: the seq of the sender's message to hide.
     pub recalls: Option<i64>,
+    /// When the send arrived (for the send→ack metric).
+    pub received: std::time::Instant,
 }
 
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, SendAck};
 use crate::store::Store;
 use crate::store::batch::{BatchError, RecipientCache};
+use crate::telemetry::{self, SendOutcome};
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
 #[derive(Debug)]
@@ -120,6 +121,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
         let result =
             commit_with_retries(store, &ops, ids, recipients, settings.recall_window_ms).await;
         batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        telemetry::commit(ops.len(), started.elapsed(), result.is_err());
         tracing::debug!(
             ops = ops.len(),
             micros = started.elapsed().as_micros() as u64,
@@ -143,6 +145,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
                     {
                         routes.learn(pair(&m.sender_id, peer), message.conversation_id, key);
                     }
+                    count(&op, &outcome);
                     deliver(reply, outcome, &mut pushes);
                 }
                 // After every answer of the batch, all its pushes at once.
@@ -151,7 +154,9 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
             Err(e) => {
                 tracing::error!(batch = ops.len(), "commit failed: {e}");
                 let err = Error::unavailable("the database did not accept the write; retry");
-                ops.clear();
+                for op in ops.drain(..) {
+                    count_refused(&op, &err);
+                }
                 for (reply, _) in replies.drain(..) {
                     reply.error(&err);
                 }
@@ -192,6 +197,30 @@ async fn commit_with_retries(
             }
             other => return other,
         }
+    }
+}
+
+/// Counts a send's answer (reads are not sends).
+fn count(op: &Op, outcome: &Outcome) {
+    let Op::Send(m) = op else { return };
+    let took = m.received.elapsed();
+    let answer = match outcome {
+        Outcome::Sent {
+            duplicate: false, ..
+        } => SendOutcome::Ok { live: false, took },
+        Outcome::Sent {
+            duplicate: true, ..
+        } => SendOutcome::Duplicate { took },
+        Outcome::Refused(r) => SendOutcome::Refused(r.code().as_str()),
+        Outcome::Read { .. } => return,
+    };
+    telemetry::send(Some(m.content_type), answer);
+}
+
+/// Counts a send answered with `e` before (or instead of) its commit.
+pub(super) fn count_refused(op: &Op, e: &Error) {
+    if let Op::Send(m) = op {
+        telemetry::send(Some(m.content_type), SendOutcome::Refused(e.code.as_str()));
     }
 }
 

@@ -25,6 +25,7 @@ use crate::protocol::{Code, Error};
 use crate::store::batch::RecipientCache;
 use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
+use crate::telemetry::{self, SendOutcome};
 use batch::{IdGen, NewMessage, Op, Target};
 use route::Routes;
 
@@ -71,6 +72,7 @@ pub struct LiveSend {
     content_type: u32,
     delivery: Class,
     payload: Box<RawValue>,
+    received: std::time::Instant,
 }
 
 /// A conversation as live sends see it, and its members to push to.
@@ -175,8 +177,17 @@ impl Core {
     }
 
     /// Limits and the plugin's verdict. Runs the plugin on the caller's thread (its fuel
-    /// bounds the time).
+    /// bounds the time). A refusal here is the send's answer (and counted as such).
     pub fn prepare(&self, sender: &str, req: SendFrame) -> Result<Prepared, Error> {
+        let content_type = req.content_type;
+        self.check_send(sender, req).inspect_err(|e| {
+            let known = self.registry.get(content_type).map(|_| content_type);
+            telemetry::send(known, SendOutcome::Refused(e.code.as_str()));
+        })
+    }
+
+    fn check_send(&self, sender: &str, req: SendFrame) -> Result<Prepared, Error> {
+        let received = std::time::Instant::now();
         let cmid = &req.client_msg_id;
         if cmid.is_empty() || cmid.len() > 64 || cmid.chars().any(char::is_control) {
             return Err(Error::bad_request(
@@ -236,6 +247,7 @@ impl Core {
                 payload: v.payload,
                 counts_unread: m.counts_unread,
                 recalls,
+                received,
             }))
         } else {
             let payload = RawValue::from_string(v.payload)
@@ -246,6 +258,7 @@ impl Core {
                 content_type: req.content_type,
                 delivery: m.delivery,
                 payload,
+                received,
             }))
         }
     }
@@ -297,12 +310,16 @@ impl Core {
     pub async fn submit(&self, op: Op, reply: Reply) {
         let key = match self.route_key(&op).await {
             Ok(key) => key,
-            Err(e) => return reply.error(&e),
+            Err(e) => {
+                commit::count_refused(&op, &e);
+                return reply.error(&e);
+            }
         };
         let queue = &self.commits[self.routes.committer(key)];
         if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, key }).await {
-            job.reply
-                .error(&Error::unavailable("the server is shutting down"));
+            let e = Error::unavailable("the server is shutting down");
+            commit::count_refused(&job.op, &e);
+            job.reply.error(&e);
         }
     }
 
@@ -314,13 +331,28 @@ impl Core {
             .map_err(|_| Error::unavailable("the server is shutting down"))?
     }
 
-    /// Pushes a live kind to the conversation's online devices; nothing is stored.
+    /// Pushes a live kind to the conversation's online devices; nothing is stored. The
+    /// answer is counted.
     pub async fn deliver_live(
         &self,
         sender: &str,
         live: LiveSend,
         except: u64,
     ) -> Result<LiveAck, Error> {
+        let (content_type, received) = (live.content_type, live.received);
+        let answer = self.push_live(sender, live, except).await;
+        let outcome = match &answer {
+            Ok(_) => SendOutcome::Ok {
+                live: true,
+                took: received.elapsed(),
+            },
+            Err(e) => SendOutcome::Refused(e.code.as_str()),
+        };
+        telemetry::send(Some(content_type), outcome);
+        answer
+    }
+
+    async fn push_live(&self, sender: &str, live: LiveSend, except: u64) -> Result<LiveAck, Error> {
         let conversation_id = match &live.target {
             Target::Conversation(id) => *id,
             Target::Peer(peer) => self.private_conversation(sender, peer).await?,

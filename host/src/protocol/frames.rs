@@ -103,7 +103,7 @@ pub fn notify_user(e: &UserEvent) -> Utf8Bytes {
 }
 
 /// The answer to a stored send: over WebSocket inside an `ack` frame, over HTTP the body.
-#[derive(Serialize, Deserialize, Debug, Clone)]
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SendAck {
     pub msg_id: String,
@@ -128,7 +128,7 @@ impl SendAck {
 }
 
 /// The answer to a live send: nothing stored, pushed to `delivered` online devices.
-#[derive(Serialize, Deserialize, Debug, Clone)]
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveAck {
     pub live: bool,
@@ -138,7 +138,7 @@ pub struct LiveAck {
 }
 
 /// The answer to a read.
-#[derive(Serialize, Deserialize, Debug, Clone)]
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadAck {
     pub conversation_id: i64,
@@ -278,12 +278,14 @@ pub struct Peek {
 }
 
 /// `send`, over WebSocket (with `type` and `id`) and as the HTTP send body.
-#[derive(Deserialize, Debug)]
+#[derive(Deserialize, Debug, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SendFrame {
     #[serde(default, rename = "type")]
+    #[schema(ignore)]
     pub _kind: Option<String>,
     #[serde(default)]
+    #[schema(ignore)]
     pub id: Option<String>,
     pub client_msg_id: String,
     pub conversation_type: u8,
@@ -292,6 +294,8 @@ pub struct SendFrame {
     #[serde(default)]
     pub peer_id: Option<String>,
     pub content_type: u32,
+    /// The kind's payload, a JSON object.
+    #[schema(value_type = Object)]
     pub payload: Box<RawValue>,
 }
 
@@ -323,4 +327,45 @@ pub fn presence(user_id: &str, online: bool, at: i64) -> Utf8Bytes {
         online,
         server_time: at,
     })
+}
+
+/// Every `type` of a frame the server writes.
+pub const SERVER_FRAME_TYPES: [&str; 8] = [
+    "notify", "ack", "error", "read", "pong", "hello", "kicked", "presence",
+];
+
+/// The `type` of a frame the server wrote (each starts `{"type":"…"`), for the metrics;
+/// `other` for anything else.
+pub fn type_of(frame: &str) -> &'static str {
+    let name = frame
+        .strip_prefix(r#"{"type":""#)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or("");
+    SERVER_FRAME_TYPES
+        .iter()
+        .find(|t| **t == name)
+        .copied()
+        .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod type_tests {
+    use super::*;
+
+    #[test]
+    fn the_type_of_every_frame_is_read_from_its_start() {
+        let e = Error::new(super::super::Code::BadFrame, "x");
+        for (frame, kind) in [
+            (hello("u", "d", 1, 60, 1000), "hello"),
+            (ack(Some("1"), &serde_json::json!({})), "ack"),
+            (error(None, &e), "error"),
+            (pong(None, 1), "pong"),
+            (read(1, "u", 2, None), "read"),
+            (kicked("replaced", "m"), "kicked"),
+            (presence("u", true, 1), "presence"),
+        ] {
+            assert_eq!(type_of(frame.as_str()), kind, "{frame}");
+        }
+        assert_eq!(type_of(r#"{"seq":1}"#), "other");
+    }
 }

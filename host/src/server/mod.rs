@@ -82,6 +82,9 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
 
 pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let config = Config::load(config_path.as_deref())?;
+    // Before anything is counted (the plugins take their handles when they load).
+    crate::telemetry::install();
+    tokio::spawn(crate::telemetry::upkeep());
     let started = std::time::Instant::now();
     let cfg = config.clone();
     let registry = tokio::task::spawn_blocking(move || PluginRegistry::load(&cfg))
@@ -137,7 +140,22 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             "server.max_connections ({max_connections}) leaves fewer than 64 of the {open_files} open files for the database and plugins"
         );
     }
+    let metrics_listen = config.server.metrics_listen;
     let state = AppState::new(gateway, config, config_path);
+    if let Some(at) = metrics_listen {
+        let listener = tokio::net::TcpListener::bind(at)
+            .await
+            .with_context(|| format!("cannot listen on {at} (server.metrics_listen)"))?;
+        tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(listener::serve(
+            listener,
+            crate::api::metrics_app(state.clone()),
+            admission::Admission::new(METRICS_CONNECTIONS, 0),
+            deadlines,
+            core.guards.clone(),
+            std::future::pending(),
+        ));
+    }
     // Registered before the listening line, so a SIGHUP right after start-up reloads
     // instead of killing the process.
     tokio::spawn(reload_on_sighup(state.clone(), sighup()));
@@ -162,6 +180,9 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     core.store.close().await;
     Ok(())
 }
+
+/// Connections the metrics address takes at once (a scraper needs one or two).
+const METRICS_CONNECTIONS: usize = 16;
 
 #[cfg(unix)]
 type Hangup = Option<tokio::signal::unix::Signal>;

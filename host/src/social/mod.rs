@@ -164,6 +164,7 @@ impl Core {
             pushes.push(Push::persistent(recipients.into(), frame, 0));
         }
         for e in &fx.events {
+            crate::telemetry::user_stream_event(&e.event);
             let frame = frames::notify_user(e);
             pushes.push(Push::persistent(Arc::from([e.user_id.clone()]), frame, 0));
         }

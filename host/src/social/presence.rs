@@ -17,7 +17,7 @@ use crate::protocol::frames;
 pub const MAX_PRESENCE_QUERY: usize = 200;
 
 /// One user's presence as a viewer may see it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Presence {
     pub user_id: String,

@@ -294,6 +294,19 @@ impl Store {
         self.dialect
     }
 
+    /// The connection pools' use now: (name, open, idle, most).
+    pub fn pools(&self) -> [(&'static str, u32, usize, u32); 2] {
+        let of = |name, p: &AnyPool| {
+            (
+                name,
+                p.size(),
+                p.num_idle(),
+                p.options().get_max_connections(),
+            )
+        };
+        [of("read", &self.read), of("write", &self.write)]
+    }
+
     pub(crate) fn read(&self) -> Db<'_> {
         Db {
             pool: &self.read,

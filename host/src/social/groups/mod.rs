@@ -21,7 +21,7 @@ use crate::store::groups::{self as q, Group, Head, Member, append_system, lock_h
 const GROUP_KICK: SystemKind = SystemKind::GroupKick;
 const GROUP_UPDATE: SystemKind = SystemKind::GroupUpdate;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewGroup {
     pub name: String,
@@ -40,7 +40,7 @@ fn group_type() -> u8 {
     2
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GroupPatch {
     pub name: Option<String>,

@@ -1,0 +1,390 @@
+//! The server's metrics: every series in one table (`SERIES`, what `/metrics` describes and
+//! docs/operations.md lists), recorded through the `metrics` facade into one Prometheus
+//! recorder per process. Counters and histograms are recorded where things happen; the
+//! gauges of what is there now (connections, outboxes, pools) are set when scraped.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::plugins::meters as plugin;
+
+pub const CONNECTIONS: &str = "courier_connections";
+pub const USERS_ONLINE: &str = "courier_users_online";
+pub const FRAMES_IN: &str = "courier_frames_in_total";
+pub const FRAMES_OUT: &str = "courier_frames_out_total";
+pub const SENDS: &str = "courier_sends_total";
+pub const SEND_ACK_SECONDS: &str = "courier_send_ack_seconds";
+pub const COMMIT_BATCH_OPS: &str = "courier_commit_batch_ops";
+pub const COMMIT_SECONDS: &str = "courier_commit_seconds";
+pub const COMMIT_FAILURES: &str = "courier_commit_failures_total";
+pub const OUTBOX_FRAMES: &str = "courier_outbox_frames";
+pub const OUTBOX_BYTES: &str = "courier_outbox_bytes";
+pub const OUTBOX_DROPPED: &str = "courier_outbox_dropped_total";
+pub const SLOW_CONSUMERS: &str = "courier_slow_consumer_disconnects_total";
+pub const REFUSALS: &str = "courier_refusals_total";
+pub const PULL_SECONDS: &str = "courier_pull_seconds";
+pub const USER_STREAM_EVENTS: &str = "courier_user_stream_events_total";
+pub const HTTP_REQUESTS: &str = "courier_http_requests_total";
+pub const HTTP_SECONDS: &str = "courier_http_request_seconds";
+pub const PLUGIN_ENABLED: &str = "courier_plugin_enabled";
+pub const DB_CONNECTIONS: &str = "courier_db_pool_connections";
+pub const DB_MAX: &str = "courier_db_pool_max";
+pub const BUILD_INFO: &str = "courier_build_info";
+
+/// What kind of series a metric is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One series: name, kind, its labels, and what it counts.
+#[derive(Debug)]
+pub struct Series {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+const fn series(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Series {
+    Series {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+use Kind::{Counter, Gauge, Histogram};
+
+/// Every series `/metrics` exports.
+pub const SERIES: &[Series] = &[
+    series(
+        CONNECTIONS,
+        Gauge,
+        &[],
+        "WebSocket connections open on this node",
+    ),
+    series(
+        USERS_ONLINE,
+        Gauge,
+        &[],
+        "users with at least one connection on this node",
+    ),
+    series(
+        FRAMES_IN,
+        Counter,
+        &["type"],
+        "client frames read, by type (send, read, ping; unknown: a type the protocol does not have; invalid: not a frame; binary)",
+    ),
+    series(
+        FRAMES_OUT,
+        Counter,
+        &["type"],
+        "frames written to clients, by type (hello, ack, error, pong, notify, read, presence, kicked, …)",
+    ),
+    series(
+        SENDS,
+        Counter,
+        &["content_type", "outcome"],
+        "sends answered (WebSocket and HTTP), by content type (unknown: one no plugin has) and outcome: ok, duplicate (a resend of a stored clientMsgId), or the error code",
+    ),
+    series(
+        SEND_ACK_SECONDS,
+        Histogram,
+        &["delivery"],
+        "from a send's arrival to its answer (stored: after the commit; live: after the push is queued), by stored or live",
+    ),
+    series(
+        COMMIT_BATCH_OPS,
+        Histogram,
+        &[],
+        "sends and reads per commit batch (one transaction)",
+    ),
+    series(
+        COMMIT_SECONDS,
+        Histogram,
+        &[],
+        "time of one commit batch's transaction, retries included",
+    ),
+    series(
+        COMMIT_FAILURES,
+        Counter,
+        &[],
+        "commit batches the database did not accept (every op in them answered store_unavailable)",
+    ),
+    series(
+        OUTBOX_FRAMES,
+        Gauge,
+        &[],
+        "frames waiting in this node's connection outboxes",
+    ),
+    series(
+        OUTBOX_BYTES,
+        Gauge,
+        &[],
+        "bytes waiting for this node's connections (queued or being written), each frame counted once",
+    ),
+    series(
+        OUTBOX_DROPPED,
+        Counter,
+        &["class"],
+        "frames dropped from outboxes under load, by delivery class (droppable, latest)",
+    ),
+    series(
+        SLOW_CONSUMERS,
+        Counter,
+        &[],
+        "WebSocket connections closed as slow consumers (4008): a persistent or live frame did not fit their outbox",
+    ),
+    series(
+        REFUSALS,
+        Counter,
+        &["guard"],
+        "connections and requests refused or cut off by a limit, by the limit",
+    ),
+    series(
+        PULL_SECONDS,
+        Histogram,
+        &["what"],
+        "pulls over HTTP and their time, by what was pulled (messages, user_stream, overview)",
+    ),
+    series(
+        USER_STREAM_EVENTS,
+        Counter,
+        &["event"],
+        "events appended to users' streams, by event",
+    ),
+    series(
+        HTTP_REQUESTS,
+        Counter,
+        &["route", "status"],
+        "HTTP requests answered, by route (method and path template; unmatched for no route) and status",
+    ),
+    series(
+        HTTP_SECONDS,
+        Histogram,
+        &["route"],
+        "time to answer an HTTP request (to its response head), by route",
+    ),
+    series(
+        plugin::CALLS,
+        Counter,
+        &["plugin", "outcome"],
+        "validate calls of the send path, by plugin and outcome (accepted, rejected, failed, busy)",
+    ),
+    series(
+        plugin::FUEL,
+        Counter,
+        &["plugin"],
+        "fuel used by the send path's validate calls, by plugin",
+    ),
+    series(
+        plugin::CALL_SECONDS,
+        Histogram,
+        &["plugin"],
+        "time of one validate call, by plugin",
+    ),
+    series(
+        plugin::BREAKER_TRIPS,
+        Counter,
+        &["plugin"],
+        "times the circuit breaker switched a plugin off",
+    ),
+    series(
+        PLUGIN_ENABLED,
+        Gauge,
+        &["plugin"],
+        "1 while a plugin is enabled, 0 while it is off (by an operator or its breaker)",
+    ),
+    series(
+        DB_CONNECTIONS,
+        Gauge,
+        &["pool", "state"],
+        "database connections open, by pool (read, write) and state (idle, busy)",
+    ),
+    series(
+        DB_MAX,
+        Gauge,
+        &["pool"],
+        "most connections a database pool opens",
+    ),
+    series(
+        BUILD_INFO,
+        Gauge,
+        &["version"],
+        "always 1; the server's version as a label",
+    ),
+];
+
+/// Buckets of the histograms in seconds: 0.25 ms to 10 s.
+const SECONDS: &[f64] = &[
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// Buckets of the commit batch size.
+const BATCH: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process's recorder, installed on first use (the server calls this at start-up, so
+/// what is recorded before the first scrape counts). Another recorder installed first
+/// (a test harness's) leaves this one only describing.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(COMMIT_BATCH_OPS.into()), BATCH))
+            .expect("bucket lists are not empty");
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("another metrics recorder is installed: /metrics stays empty");
+        }
+        for s in SERIES {
+            let help = s.help;
+            match s.kind {
+                Kind::Counter => metrics::describe_counter!(s.name, help),
+                Kind::Gauge => metrics::describe_gauge!(s.name, help),
+                Kind::Histogram => metrics::describe_histogram!(s.name, help),
+            }
+        }
+        metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        handle
+    })
+}
+
+/// The Prometheus text of everything recorded.
+pub fn render() -> String {
+    install().render()
+}
+
+/// Folds what histograms recorded into their buckets now and then, so memory stays bounded
+/// however seldom the server is scraped. Runs for the process's life.
+pub async fn upkeep() {
+    let handle = install();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        handle.run_upkeep();
+    }
+}
+
+// What the layers above record, one function per series, so a name and its labels are
+// written once.
+
+/// A client frame read, by its type.
+pub fn frame_in(kind: &'static str) {
+    metrics::counter!(FRAMES_IN, "type" => kind).increment(1);
+}
+
+/// A frame written to a client.
+pub fn frame_out(frame: &str) {
+    metrics::counter!(FRAMES_OUT, "type" => crate::protocol::frames::type_of(frame)).increment(1);
+}
+
+/// How a send was answered.
+#[derive(Debug, Clone, Copy)]
+pub enum SendOutcome {
+    /// Stored (or pushed, for a live kind), after `took` from its arrival.
+    Ok { live: bool, took: Duration },
+    /// A resend of a stored `clientMsgId`: the original's ack.
+    Duplicate { took: Duration },
+    /// Refused with this code.
+    Refused(&'static str),
+}
+
+/// A send answered; `content_type` is `None` for one no plugin has.
+pub fn send(content_type: Option<u32>, outcome: SendOutcome) {
+    let label = match outcome {
+        SendOutcome::Ok { live, took } => {
+            let delivery = if live { "live" } else { "stored" };
+            metrics::histogram!(SEND_ACK_SECONDS, "delivery" => delivery).record(took);
+            "ok"
+        }
+        SendOutcome::Duplicate { took } => {
+            metrics::histogram!(SEND_ACK_SECONDS, "delivery" => "stored").record(took);
+            "duplicate"
+        }
+        SendOutcome::Refused(code) => code,
+    };
+    match content_type {
+        Some(ct) => metrics::counter!(SENDS, "content_type" => ct.to_string(), "outcome" => label)
+            .increment(1),
+        None => {
+            metrics::counter!(SENDS, "content_type" => "unknown", "outcome" => label).increment(1)
+        }
+    }
+}
+
+/// One commit batch of `ops` sends and reads, its transaction `took`; `failed` when the
+/// database did not accept it.
+pub fn commit(ops: usize, took: Duration, failed: bool) {
+    metrics::histogram!(COMMIT_BATCH_OPS).record(ops as f64);
+    metrics::histogram!(COMMIT_SECONDS).record(took);
+    if failed {
+        metrics::counter!(COMMIT_FAILURES).increment(1);
+    }
+}
+
+/// A frame an outbox dropped, by the frame's delivery class.
+pub fn outbox_dropped(class: crate::plugins::Delivery) {
+    let class = match class {
+        crate::plugins::Delivery::Latest => "latest",
+        _ => "droppable",
+    };
+    metrics::counter!(OUTBOX_DROPPED, "class" => class).increment(1);
+}
+
+/// What a pull read.
+#[derive(Debug, Clone, Copy)]
+pub enum Pulled {
+    Messages,
+    UserStream,
+    Overview,
+}
+
+/// A pull served in `took`.
+pub fn pull(what: Pulled, took: Duration) {
+    let what = match what {
+        Pulled::Messages => "messages",
+        Pulled::UserStream => "user_stream",
+        Pulled::Overview => "overview",
+    };
+    metrics::histogram!(PULL_SECONDS, "what" => what).record(took);
+}
+
+/// An event appended to a user's stream.
+pub fn user_stream_event(event: &str) {
+    metrics::counter!(USER_STREAM_EVENTS, "event" => event.to_string()).increment(1);
+}
+
+/// An HTTP request answered: its route (`GET /v1/…` template, or `unmatched`), status and
+/// time to the response head.
+pub fn http(route: &str, status: u16, took: Duration) {
+    metrics::counter!(HTTP_REQUESTS, "route" => route.to_string(), "status" => status.to_string())
+        .increment(1);
+    metrics::histogram!(HTTP_SECONDS, "route" => route.to_string()).record(took);
+}

@@ -8,7 +8,7 @@
 #
 # Needs schemathesis (`.ci/run` installs it) and a release build of `courier` (built here
 # when missing). MAX_EXAMPLES and MAX_TIME bound each of its two runs (defaults: 30 cases
-# per operation, at most 150 s).
+# per operation, at most 150 s). KEEP=1 keeps the temp dir (the server's log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRA=("$@")
@@ -21,7 +21,7 @@ WORK="$(mktemp -d)"
 SERVER_PID=
 cleanup() {
     if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
-    rm -rf "$WORK"
+    if [ -n "${KEEP:-}" ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
@@ -69,11 +69,12 @@ EOF
 # only test the 401: logout and revoke-all of the caller, and the admin's endpoints on a
 # user (schemathesis finds the user's id in the answers: a revoke-all or a deletion of it).
 # The second runs those admin endpoints.
+# Inside the temp dir: schemathesis and hypothesis keep their caches in the working dir.
 run() {
-    st --config-file "$WORK/schemathesis.toml" run "$BASE/v1/openapi.json" \
+    (cd "$WORK" && st --config-file "$WORK/schemathesis.toml" run "$BASE/v1/openapi.json" \
         --checks not_a_server_error,status_code_conformance,response_schema_conformance \
         --max-examples "${MAX_EXAMPLES:-30}" --max-time "${MAX_TIME:-150}" \
-        --workers 1 --seed "${SEED:-1}" --request-timeout 20 --no-color "$@"
+        --workers 1 --seed "${SEED:-1}" --request-timeout 20 --no-color "$@")
 }
 echo "== schemathesis against $BASE"
 status=0

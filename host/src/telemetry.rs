@@ -32,6 +32,10 @@ pub const PLUGIN_ENABLED: &str = "courier_plugin_enabled";
 pub const DB_CONNECTIONS: &str = "courier_db_pool_connections";
 pub const DB_MAX: &str = "courier_db_pool_max";
 pub const BUILD_INFO: &str = "courier_build_info";
+pub const CLUSTER_ROUNDS: &str = "courier_cluster_forward_rounds_total";
+pub const CLUSTER_PUBLISHES: &str = "courier_cluster_publishes_total";
+pub const CLUSTER_LOST: &str = "courier_cluster_lost_total";
+pub const DEGRADED: &str = "courier_degraded";
 
 /// What kind of series a metric is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,6 +233,30 @@ pub const SERIES: &[Series] = &[
         "most connections a database pool opens",
     ),
     series(
+        DEGRADED,
+        Gauge,
+        &[],
+        "1 while /healthz says degraded (a cluster node that cannot reach Redis or the bus), else 0",
+    ),
+    series(
+        CLUSTER_ROUNDS,
+        Counter,
+        &[],
+        "cluster mode: rounds of the forwarder that had pushes for other nodes",
+    ),
+    series(
+        CLUSTER_PUBLISHES,
+        Counter,
+        &[],
+        "cluster mode: messages published to the bus",
+    ),
+    series(
+        CLUSTER_LOST,
+        Counter,
+        &[],
+        "cluster mode: pushes and messages for other nodes that could not be sent (devices pull them)",
+    ),
+    series(
         BUILD_INFO,
         Gauge,
         &["version"],
@@ -293,16 +321,56 @@ pub async fn upkeep() {
 }
 
 // What the layers above record, one function per series, so a name and its labels are
-// written once.
+// written once. The hot ones (every frame, every send) use handles looked up once: a
+// lookup by name and labels costs more than the count itself (host/benches/metrics.rs).
 
-/// A client frame read, by its type.
+/// The client frame types counted, and the handles of `FRAMES_IN` and `FRAMES_OUT`.
+const IN_TYPES: [&str; 6] = ["send", "read", "ping", "unknown", "invalid", "binary"];
+
+struct Hot {
+    frames_in: [metrics::Counter; IN_TYPES.len()],
+    /// By `SERVER_FRAME_TYPES`, then `other`.
+    frames_out: Vec<metrics::Counter>,
+    ack_stored: metrics::Histogram,
+    ack_live: metrics::Histogram,
+    batch_ops: metrics::Histogram,
+    commit_seconds: metrics::Histogram,
+    /// `SENDS` by content type and outcome, as they come.
+    sends:
+        std::sync::RwLock<std::collections::HashMap<(Option<u32>, &'static str), metrics::Counter>>,
+}
+
+/// Taken on first use, after `install` (the server installs first; before, they count
+/// nothing).
+static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
+    use crate::protocol::frames::SERVER_FRAME_TYPES;
+    Hot {
+        frames_in: IN_TYPES.map(|t| metrics::counter!(FRAMES_IN, "type" => t)),
+        frames_out: SERVER_FRAME_TYPES
+            .iter()
+            .chain(&["other"])
+            .map(|t| metrics::counter!(FRAMES_OUT, "type" => *t))
+            .collect(),
+        ack_stored: metrics::histogram!(SEND_ACK_SECONDS, "delivery" => "stored"),
+        ack_live: metrics::histogram!(SEND_ACK_SECONDS, "delivery" => "live"),
+        batch_ops: metrics::histogram!(COMMIT_BATCH_OPS),
+        commit_seconds: metrics::histogram!(COMMIT_SECONDS),
+        sends: Default::default(),
+    }
+});
+
+/// A client frame read, by its type (one of `IN_TYPES`).
 pub fn frame_in(kind: &'static str) {
-    metrics::counter!(FRAMES_IN, "type" => kind).increment(1);
+    let i = IN_TYPES.iter().position(|t| *t == kind).unwrap_or(3);
+    HOT.frames_in[i].increment(1);
 }
 
 /// A frame written to a client.
 pub fn frame_out(frame: &str) {
-    metrics::counter!(FRAMES_OUT, "type" => crate::protocol::frames::type_of(frame)).increment(1);
+    let kind = crate::protocol::frames::type_of(frame);
+    let types = &crate::protocol::frames::SERVER_FRAME_TYPES;
+    let i = types.iter().position(|t| *t == kind).unwrap_or(types.len());
+    HOT.frames_out[i].increment(1);
 }
 
 /// How a send was answered.
@@ -318,32 +386,37 @@ pub enum SendOutcome {
 
 /// A send answered; `content_type` is `None` for one no plugin has.
 pub fn send(content_type: Option<u32>, outcome: SendOutcome) {
+    let hot = &*HOT;
     let label = match outcome {
-        SendOutcome::Ok { live, took } => {
-            let delivery = if live { "live" } else { "stored" };
-            metrics::histogram!(SEND_ACK_SECONDS, "delivery" => delivery).record(took);
+        SendOutcome::Ok { live: true, took } => {
+            hot.ack_live.record(took);
+            "ok"
+        }
+        SendOutcome::Ok { live: false, took } => {
+            hot.ack_stored.record(took);
             "ok"
         }
         SendOutcome::Duplicate { took } => {
-            metrics::histogram!(SEND_ACK_SECONDS, "delivery" => "stored").record(took);
+            hot.ack_stored.record(took);
             "duplicate"
         }
         SendOutcome::Refused(code) => code,
     };
-    match content_type {
-        Some(ct) => metrics::counter!(SENDS, "content_type" => ct.to_string(), "outcome" => label)
-            .increment(1),
-        None => {
-            metrics::counter!(SENDS, "content_type" => "unknown", "outcome" => label).increment(1)
-        }
+    let key = (content_type, label);
+    if let Some(c) = hot.sends.read().expect("sends").get(&key) {
+        return c.increment(1);
     }
+    let shown = content_type.map_or_else(|| "unknown".to_string(), |ct| ct.to_string());
+    let counter = metrics::counter!(SENDS, "content_type" => shown, "outcome" => label);
+    counter.increment(1);
+    hot.sends.write().expect("sends").insert(key, counter);
 }
 
 /// One commit batch of `ops` sends and reads, its transaction `took`; `failed` when the
 /// database did not accept it.
 pub fn commit(ops: usize, took: Duration, failed: bool) {
-    metrics::histogram!(COMMIT_BATCH_OPS).record(ops as f64);
-    metrics::histogram!(COMMIT_SECONDS).record(took);
+    HOT.batch_ops.record(ops as f64);
+    HOT.commit_seconds.record(took);
     if failed {
         metrics::counter!(COMMIT_FAILURES).increment(1);
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::server::{Backend, Db, FAST, Sections, Server};
+use super::server::{ADMIN_TOKEN, Backend, Db, FAST, Sections, Server, request};
 
 pub const REDIS_ENV: &str = "REDIS_TEST_URL";
 pub const NATS_ENV: &str = "NATS_TEST_URL";
@@ -123,7 +123,23 @@ pub async fn degraded_everywhere(nodes: &[Server], part: &str) {
             h["status"] == "degraded" && h["reasons"].to_string().contains(part)
         })
         .await;
+        assert_eq!(
+            degraded_metric(s).await,
+            "1",
+            "/metrics agrees with /healthz"
+        );
     }
+}
+
+/// The `courier_degraded` sample of a node's `/metrics`.
+async fn degraded_metric(s: &Server) -> String {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let a = request(&s.addr, "GET", "/metrics", &[("Authorization", &auth)], "").await;
+    a.body
+        .lines()
+        .find_map(|l| l.strip_prefix("courier_degraded "))
+        .unwrap_or("none")
+        .to_string()
 }
 
 /// Waits until every node's `/healthz` says `ok`.
@@ -133,6 +149,11 @@ pub async fn ok_everywhere(nodes: &[Server]) {
             health(s).await["status"] == "ok"
         })
         .await;
+        assert_eq!(
+            degraded_metric(s).await,
+            "0",
+            "/metrics agrees with /healthz"
+        );
     }
 }
 

@@ -40,7 +40,8 @@ fn scrape(s: &AppState) -> Response {
         .into_response()
 }
 
-/// Sets the gauges of what is there now, and the counters kept elsewhere (the guards).
+/// Sets the gauges of what is there now, and the counters kept elsewhere (the guards, the
+/// cluster's forwarder).
 fn refresh(s: &AppState) {
     use metrics::{counter, gauge};
     let load = s.hub.load();
@@ -57,6 +58,13 @@ fn refresh(s: &AppState) {
         gauge!(telemetry::DB_CONNECTIONS, "pool" => pool, "state" => "idle").set(idle as f64);
         gauge!(telemetry::DB_CONNECTIONS, "pool" => pool, "state" => "busy").set(busy as f64);
         gauge!(telemetry::DB_MAX, "pool" => pool).set(f64::from(max));
+    }
+    let degraded = !s.core.delivery.degraded().is_empty();
+    gauge!(telemetry::DEGRADED).set(if degraded { 1.0 } else { 0.0 });
+    if let Some(c) = s.core.delivery.cluster() {
+        counter!(telemetry::CLUSTER_ROUNDS).absolute(c.rounds);
+        counter!(telemetry::CLUSTER_PUBLISHES).absolute(c.publishes);
+        counter!(telemetry::CLUSTER_LOST).absolute(c.lost);
     }
     // Counted since start-up by the guards themselves: set, not added.
     for (guard, n) in s.core.guards.all() {

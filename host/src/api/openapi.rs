@@ -122,7 +122,8 @@ fn build() -> Value {
         };
         for (method, op) in item.iter_mut() {
             let key = format!("{} {path}", method.to_uppercase());
-            for p in op["parameters"].as_array_mut().into_iter().flatten() {
+            let params = op.get_mut("parameters").and_then(Value::as_array_mut);
+            for p in params.into_iter().flatten() {
                 if p["name"] == "userId" {
                     p["schema"]["pattern"] = USER_ID.into();
                 }

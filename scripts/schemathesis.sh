@@ -8,7 +8,7 @@
 #
 # Needs schemathesis (`.ci/run` installs it) and a release build of `courier` (built here
 # when missing). MAX_EXAMPLES and MAX_TIME bound each of its two runs (defaults: 30 cases
-# per operation, at most 150 s). KEEP=1 keeps the temp dir (the server's log).
+# per operation, at most 120 s). KEEP=1 keeps the temp dir (the server's log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRA=("$@")
@@ -73,7 +73,7 @@ EOF
 run() {
     (cd "$WORK" && st --config-file "$WORK/schemathesis.toml" run "$BASE/v1/openapi.json" \
         --checks not_a_server_error,status_code_conformance,response_schema_conformance \
-        --max-examples "${MAX_EXAMPLES:-30}" --max-time "${MAX_TIME:-150}" \
+        --max-examples "${MAX_EXAMPLES:-30}" --max-time "${MAX_TIME:-120}" \
         --workers 1 --seed "${SEED:-1}" --request-timeout 20 --no-color "$@")
 }
 echo "== schemathesis against $BASE"

@@ -88,6 +88,8 @@ pub async fn send(
 pub struct PullQuery {
     after_seq: Option<i64>,
     before_seq: Option<i64>,
+    /// Default 100 after, 50 before; above 500 means 500.
+    #[param(minimum = 1)]
     limit: Option<i64>,
 }
 
@@ -148,7 +150,10 @@ pub async fn pull(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct OverviewQuery {
+    /// The previous page's `nextCursor`.
     cursor: Option<String>,
+    /// Default 50.
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<i64>,
 }
 

@@ -121,7 +121,10 @@ pub async fn patch(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct MembersQuery {
+    /// The last `userId` of the previous page.
     after: Option<String>,
+    /// Default 200.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 

@@ -27,8 +27,11 @@ fn query<T>(q: Rejected<Query<T>>) -> Result<T, Error> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct StreamQuery {
+    /// The stream's epoch as last seen; leave it out only without a cursor.
     epoch: Option<i64>,
     after_seq: Option<i64>,
+    /// Default 100; 0 answers only the position.
+    #[param(minimum = 0, maximum = 500)]
     limit: Option<i64>,
 }
 
@@ -152,6 +155,7 @@ pub async fn cancel(
 #[into_params(parameter_in = Query)]
 pub struct RequestsQuery {
     /// `in` (the default) or `out`.
+    #[param(pattern = "^(in|out)$")]
     direction: Option<String>,
 }
 

@@ -899,3 +899,23 @@ fn a_reload_refuses_a_plugin_that_fails_its_own_examples() {
     assert!(reg.get(9003).is_none(), "the refused plugin is not loaded");
     assert!(reg.get(1).is_some(), "the running set stays");
 }
+
+/// A plugin that recurses without end is stopped, and the client reads "stack overflow"
+/// (not the out-of-bounds access a Rust plugin's overflowing stack in linear memory makes).
+#[test]
+fn a_stack_overflow_is_called_one() {
+    let reg = registry(&format!(
+        "[plugins.deep-recursion]\npath = {}\n",
+        toml_path(&fixture("deep-recursion"))
+    ));
+    let e = reg
+        .validate(9013, &user(1), br#"{"text":"misbehave"}"#)
+        .unwrap_err();
+    assert_eq!(e.code(), "plugin_failed", "{e}");
+    let message = e.to_string();
+    assert!(message.contains("stack overflow"), "{message}");
+    assert!(!message.contains("out of bounds"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+    // The plugin serves the next message on a fresh instance.
+    assert!(reg.validate(9013, &user(1), br#"{"text":"ok"}"#).is_ok());
+}

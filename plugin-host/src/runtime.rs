@@ -85,6 +85,8 @@ impl Runtime {
         config.wasm_memory64(false);
         // Plugins are small and called often: spend compile time for faster calls.
         config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        // Enough of a trap's backtrace to tell an overflowing stack (`recursed`).
+        config.wasm_backtrace_max_frames(std::num::NonZeroUsize::new(BACKTRACE_FRAMES));
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         // WASI is linked because standard guest toolchains import it, but the context is
@@ -401,6 +403,11 @@ pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> Call
     // One line for the client: the trap, or the root cause of a host error (a wasm
     // backtrace with mangled symbols goes to the server log only).
     let what = match e.downcast_ref::<Trap>() {
+        Some(Trap::StackOverflow) => STACK_OVERFLOW.to_string(),
+        // A Rust (or C) plugin keeps its stack in linear memory: overflowing it reads
+        // below the memory's start, which traps as an out-of-bounds access. Deep recursion
+        // in the backtrace tells the two apart.
+        Some(Trap::MemoryOutOfBounds) if recursed(&e) => STACK_OVERFLOW.to_string(),
         Some(t) => one_line(&t.to_string()),
         None => {
             tracing::warn!("a plugin call failed: {e:?}");
@@ -412,6 +419,29 @@ pub(super) fn classify(e: wasmtime::Error, limits: Limits, stderr: &str) -> Call
     } else {
         CallFailure::Trap(format!("{what}; the plugin wrote: {stderr}"))
     }
+}
+
+/// What the client reads for a call stack that ran out.
+const STACK_OVERFLOW: &str = "stack overflow (the plugin recursed too deep)";
+
+/// Frames of a trap's backtrace the engine keeps (the innermost ones).
+const BACKTRACE_FRAMES: usize = 64;
+
+/// Whether the trap's backtrace is full and, but for a few frames, one function calling
+/// itself: recursion without end, not a call that happened to be deep.
+fn recursed(e: &wasmtime::Error) -> bool {
+    let Some(trace) = e.downcast_ref::<wasmtime::WasmBacktrace>() else {
+        return false;
+    };
+    let frames = trace.frames();
+    if frames.len() < BACKTRACE_FRAMES {
+        return false;
+    }
+    let mut counts = std::collections::HashMap::new();
+    for f in frames {
+        *counts.entry(f.func_index()).or_insert(0usize) += 1;
+    }
+    counts.values().max().is_some_and(|n| n * 10 >= frames.len() * 9)
 }
 
 /// `s` with control characters escaped, cut (with `…`) once it reaches `max` bytes.

@@ -27,7 +27,7 @@ pub struct Credentials {
 }
 
 /// A new token for `user_id`, issued no earlier than the cut-off of its last revoke-all.
-async fn token_body(s: &AppState, user_id: &str) -> Result<Json<Value>, Error> {
+async fn token_body(s: &AppState, user_id: &str) -> Result<Json<TokenAnswer>, Error> {
     let valid_from = s
         .core
         .store
@@ -35,9 +35,11 @@ async fn token_body(s: &AppState, user_id: &str) -> Result<Json<Value>, Error> {
         .await
         .map_err(crate::store::unavailable)?;
     let (token, expires_at) = s.core.tokens.issue_from(user_id, valid_from);
-    Ok(Json(
-        json!({ "userId": user_id, "token": token, "expiresAt": expires_at }),
-    ))
+    Ok(Json(TokenAnswer {
+        user_id: user_id.to_string(),
+        token,
+        expires_at,
+    }))
 }
 
 /// The client's address (unspecified for requests that did not come through a socket).
@@ -67,7 +69,7 @@ pub async fn register(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
     Body(c): Body<Credentials>,
-) -> Result<(StatusCode, Json<Value>), Error> {
+) -> Result<(StatusCode, Json<TokenAnswer>), Error> {
     if !s.core.settings.registration {
         return Err(Error::new(
             Code::RegistrationClosed,
@@ -114,7 +116,7 @@ pub async fn login(
     State(s): State<AppState>,
     peer: Option<Extension<Peer>>,
     Body(c): Body<Credentials>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<TokenAnswer>, Error> {
     let wrong = || Error::new(Code::InvalidCredentials, "unknown user or wrong password");
     attempt(&s, peer.as_deref())?;
     if !valid_user_id(&c.user_id) {
@@ -153,9 +155,12 @@ pub async fn login(
 pub async fn logout(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<LogoutAnswer>, Error> {
     s.core.revoke_token(&session).await?;
-    Ok(Json(json!({ "userId": session.user_id, "revoked": true })))
+    Ok(Json(LogoutAnswer {
+        user_id: session.user_id,
+        revoked: true,
+    }))
 }
 
 /// `POST /v1/auth/revoke-all`: every token of the caller issued until now stops working,
@@ -165,11 +170,12 @@ pub async fn logout(
 pub async fn revoke_all(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
-) -> Result<Json<Value>, Error> {
-    let valid_from = s.core.revoke_all_tokens(&session.user_id).await?;
-    Ok(Json(
-        json!({ "userId": session.user_id, "tokensValidFrom": valid_from }),
-    ))
+) -> Result<Json<RevokeAnswer>, Error> {
+    let tokens_valid_from = s.core.revoke_all_tokens(&session.user_id).await?;
+    Ok(Json(RevokeAnswer {
+        user_id: session.user_id,
+        tokens_valid_from,
+    }))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -267,16 +273,17 @@ pub async fn admin_revoke_all(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<RevokeAnswer>, Error> {
     require_admin(&s, &headers)?;
     let user = user_path(path)?;
     if known_user(&s, &user).await? {
         return Err(crate::messaging::account_deleted());
     }
-    let valid_from = s.core.revoke_all_tokens(&user).await?;
-    Ok(Json(
-        json!({ "userId": user, "tokensValidFrom": valid_from }),
-    ))
+    let tokens_valid_from = s.core.revoke_all_tokens(&user).await?;
+    Ok(Json(RevokeAnswer {
+        user_id: user,
+        tokens_valid_from,
+    }))
 }
 
 /// `DELETE /admin/users/{userId}`: deletes the account (again: finishes an interrupted

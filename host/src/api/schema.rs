@@ -1,7 +1,9 @@
-//! What the OpenAPI document says the answers built as JSON values look like. These types
-//! describe bodies that handlers (and `social`) build with `json!`; they are never built
-//! themselves. The schemathesis run in CI (`scripts/schemathesis.sh`) checks every answer
-//! against them, so a description that drifts from the wire fails there.
+//! The answers of the HTTP API as the OpenAPI document shows them. The handlers of this
+//! folder build most of them; the rest describe bodies built as JSON values (the group
+//! info and the other answers of `social`, the overview with its previews, the user
+//! stream) and are never built. The schemathesis run in CI (`scripts/schemathesis.sh`)
+//! checks every answer against them, so a description that drifts from the wire fails
+//! there.
 #![allow(dead_code)]
 
 use serde::Serialize;
@@ -14,35 +16,35 @@ use utoipa::ToSchema;
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenAnswer {
-    user_id: String,
+    pub user_id: String,
     /// An HS256 JWT.
-    token: String,
+    pub token: String,
     /// Unix seconds.
-    expires_at: i64,
+    pub expires_at: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LogoutAnswer {
-    user_id: String,
-    revoked: bool,
+    pub user_id: String,
+    pub revoked: bool,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevokeAnswer {
-    user_id: String,
+    pub user_id: String,
     /// Unix seconds: tokens with an earlier `iat` are refused.
-    tokens_valid_from: i64,
+    pub tokens_valid_from: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeletedAnswer {
-    user_id: String,
-    deleted: bool,
+    pub user_id: String,
+    pub deleted: bool,
     /// `deleted-` and 16 hex digits.
-    alias: String,
+    pub alias: String,
 }
 
 // ---- sync
@@ -51,69 +53,69 @@ pub struct DeletedAnswer {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastMessage {
-    conversation_type: u8,
-    conversation_id: i64,
-    seq: i64,
-    msg_id: String,
-    sender_id: String,
-    content_type: u32,
+    pub conversation_type: u8,
+    pub conversation_id: i64,
+    pub seq: i64,
+    pub msg_id: String,
+    pub sender_id: String,
+    pub content_type: u32,
     /// `null` once recalled.
     #[schema(required = true)]
-    payload: Option<Value>,
-    server_time: i64,
+    pub payload: Option<Value>,
+    pub server_time: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    recalled_by: Option<i64>,
-    preview: String,
+    pub recalled_by: Option<i64>,
+    pub preview: String,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationEntry {
-    conversation_id: i64,
-    conversation_type: u8,
+    pub conversation_id: i64,
+    pub conversation_type: u8,
     /// The other party of a private conversation, else `null`.
     #[schema(required = true)]
-    peer_id: Option<String>,
-    last_seq: i64,
-    read_seq: i64,
-    unread: i64,
-    last_time: i64,
-    member: bool,
+    pub peer_id: Option<String>,
+    pub last_seq: i64,
+    pub read_seq: i64,
+    pub unread: i64,
+    pub last_time: i64,
+    pub member: bool,
     #[schema(required = true)]
-    last_message: Option<LastMessage>,
+    pub last_message: Option<LastMessage>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Overview {
-    conversations: Vec<ConversationEntry>,
+    pub conversations: Vec<ConversationEntry>,
     /// `null` on the last page.
     #[schema(required = true)]
-    next_cursor: Option<String>,
+    pub next_cursor: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MessagePage {
-    conversation_id: i64,
-    conversation_type: u8,
-    last_seq: i64,
-    messages: Vec<super::conversations::MessageView>,
-    has_more: bool,
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub last_seq: i64,
+    pub messages: Vec<super::conversations::MessageView>,
+    pub has_more: bool,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadPosition {
-    user_id: String,
-    read_seq: i64,
+    pub user_id: String,
+    pub read_seq: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadPositions {
-    conversation_id: i64,
-    positions: Vec<ReadPosition>,
+    pub conversation_id: i64,
+    pub positions: Vec<ReadPosition>,
 }
 
 /// A stored send's ack, or a live send's answer.
@@ -129,23 +131,23 @@ pub enum SendAnswer {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamEvent {
-    seq: i64,
+    pub seq: i64,
     /// `friend.request`, `friend.added`, `group.joined`, …
-    event: String,
-    data: Value,
-    server_time: i64,
+    pub event: String,
+    pub data: Value,
+    pub server_time: i64,
     /// Present on events a plugin checked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    content_type: Option<u32>,
+    pub content_type: Option<u32>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UserStreamPage {
-    epoch: i64,
-    last_seq: i64,
-    has_more: bool,
-    events: Vec<StreamEvent>,
+    pub epoch: i64,
+    pub last_seq: i64,
+    pub has_more: bool,
+    pub events: Vec<StreamEvent>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -160,62 +162,62 @@ pub enum RequestState {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FriendRequestAnswer {
-    request_id: String,
-    state: RequestState,
+    pub request_id: String,
+    pub state: RequestState,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FriendRequestView {
-    request_id: String,
-    from_user_id: String,
-    to_user_id: String,
-    message: String,
-    state: RequestState,
-    created_at: i64,
-    updated_at: i64,
+    pub request_id: String,
+    pub from_user_id: String,
+    pub to_user_id: String,
+    pub message: String,
+    pub state: RequestState,
+    pub created_at: i64,
+    pub updated_at: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct FriendRequests {
-    requests: Vec<FriendRequestView>,
+    pub requests: Vec<FriendRequestView>,
 }
 
 /// A friend or a block, and since when (ms).
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Since {
-    user_id: String,
-    since: i64,
+    pub user_id: String,
+    pub since: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct Friends {
-    friends: Vec<Since>,
+    pub friends: Vec<Since>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct Blocks {
-    blocks: Vec<Since>,
+    pub blocks: Vec<Since>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Removed {
-    user_id: String,
-    removed: bool,
+    pub user_id: String,
+    pub removed: bool,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockAnswer {
-    user_id: String,
-    blocked: bool,
+    pub user_id: String,
+    pub blocked: bool,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct PresenceAnswer {
-    presence: Vec<crate::social::presence::Presence>,
+    pub presence: Vec<crate::social::presence::Presence>,
 }
 
 // ---- groups and channels
@@ -223,21 +225,21 @@ pub struct PresenceAnswer {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupInfo {
-    conversation_id: i64,
-    conversation_type: u8,
-    name: String,
-    notice: String,
-    avatar: String,
-    owner_id: String,
+    pub conversation_id: i64,
+    pub conversation_type: u8,
+    pub name: String,
+    pub notice: String,
+    pub avatar: String,
+    pub owner_id: String,
     /// `open`, `approval` or `invite`.
-    join_policy: String,
-    mute_all: bool,
+    pub join_policy: String,
+    pub mute_all: bool,
     /// `active` or `dissolved`.
-    state: String,
-    member_count: i64,
-    version: i64,
-    created_at: i64,
-    updated_at: i64,
+    pub state: String,
+    pub member_count: i64,
+    pub version: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
 }
 
 /// The group info with the caller's own membership.
@@ -245,67 +247,67 @@ pub struct GroupInfo {
 #[serde(rename_all = "camelCase")]
 pub struct MyGroup {
     #[serde(flatten)]
-    info: GroupInfo,
+    pub info: GroupInfo,
     /// `member`, `left`, `kicked` or `dissolved`.
-    member_state: String,
+    pub member_state: String,
     /// `owner`, `admin` or `member`.
-    role: String,
-    muted_until: i64,
+    pub role: String,
+    pub muted_until: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct MyGroups {
-    groups: Vec<MyGroup>,
+    pub groups: Vec<MyGroup>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberView {
-    user_id: String,
-    role: String,
-    muted_until: i64,
-    joined_at: i64,
+    pub user_id: String,
+    pub role: String,
+    pub muted_until: i64,
+    pub joined_at: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Members {
-    members: Vec<MemberView>,
-    has_more: bool,
+    pub members: Vec<MemberView>,
+    pub has_more: bool,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct Added {
-    added: Vec<String>,
+    pub added: Vec<String>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct Kicked {
-    kicked: Vec<String>,
+    pub kicked: Vec<String>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QuitAnswer {
-    conversation_id: i64,
+    pub conversation_id: i64,
     /// `left`.
-    member_state: String,
+    pub member_state: String,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DissolveAnswer {
-    conversation_id: i64,
+    pub conversation_id: i64,
     /// `dissolved`.
-    state: String,
+    pub state: String,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleAnswer {
-    user_id: String,
+    pub user_id: String,
     /// `admin` or `member`.
-    role: String,
+    pub role: String,
 }
 
 /// Making the owner an admin or member answers the group info; anyone else, the new role.
@@ -319,55 +321,55 @@ pub enum AdminAnswer {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MuteAnswer {
-    user_id: String,
+    pub user_id: String,
     /// ms since the epoch; 0: unmuted.
-    muted_until: i64,
+    pub muted_until: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinAnswer {
     /// `joined` or `pending`.
-    state: String,
+    pub state: String,
     /// With `pending`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    request_id: Option<String>,
+    pub request_id: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinRequestView {
-    request_id: String,
-    user_id: String,
-    message: String,
+    pub request_id: String,
+    pub user_id: String,
+    pub message: String,
     /// `pending`.
-    state: String,
-    created_at: i64,
+    pub state: String,
+    pub created_at: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct JoinRequests {
-    requests: Vec<JoinRequestView>,
+    pub requests: Vec<JoinRequestView>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinDecision {
-    request_id: String,
+    pub request_id: String,
     /// `approved` or `rejected`.
-    state: String,
+    pub state: String,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct Receipt {
-    seq: i64,
-    read: i64,
-    of: i64,
+    pub seq: i64,
+    pub read: i64,
+    pub of: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct Receipts {
-    receipts: Vec<Receipt>,
+    pub receipts: Vec<Receipt>,
 }
 
 // ---- health, plugins, admin
@@ -381,32 +383,32 @@ pub enum Status {
 
 #[derive(Serialize, ToSchema)]
 pub struct Health {
-    status: Status,
+    pub status: Status,
     /// With `degraded`: what this node cannot reach.
     #[serde(skip_serializing_if = "Option::is_none")]
-    reasons: Option<Vec<String>>,
+    pub reasons: Option<Vec<String>>,
 }
 
 /// What a cluster node forwarded since start-up.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStats {
-    node_id: u16,
-    rounds: u64,
-    publishes: u64,
-    lost: u64,
+    pub node_id: u16,
+    pub rounds: u64,
+    pub publishes: u64,
+    pub lost: u64,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeState {
-    status: Status,
-    reasons: Vec<String>,
-    online_devices: u64,
-    commit_batches: u64,
+    pub status: Status,
+    pub reasons: Vec<String>,
+    pub online_devices: u64,
+    pub commit_batches: u64,
     /// `null` unless in cluster mode.
     #[schema(required = true)]
-    cluster: Option<ClusterStats>,
+    pub cluster: Option<ClusterStats>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -427,55 +429,55 @@ pub enum Sender {
 
 #[derive(Serialize, ToSchema)]
 pub struct PluginStats {
-    calls: u64,
-    accepted: u64,
-    rejected: u64,
-    failed: u64,
+    pub calls: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    pub failed: u64,
 }
 
 /// A message kind as `GET /v1/plugins` lists it.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PluginInfo {
-    name: String,
-    version: String,
-    content_type: u32,
-    delivery: DeliveryClass,
-    counts_unread: bool,
-    conversation_types: Vec<u8>,
-    sender: Sender,
-    max_payload_bytes: u32,
-    description: String,
-    enabled: bool,
-    source: String,
-    sha256: String,
-    contract: String,
+    pub name: String,
+    pub version: String,
+    pub content_type: u32,
+    pub delivery: DeliveryClass,
+    pub counts_unread: bool,
+    pub conversation_types: Vec<u8>,
+    pub sender: Sender,
+    pub max_payload_bytes: u32,
+    pub description: String,
+    pub enabled: bool,
+    pub source: String,
+    pub sha256: String,
+    pub contract: String,
     /// Why the circuit breaker switched the kind off, else `null`.
     #[schema(required = true)]
-    tripped: Option<String>,
-    stats: PluginStats,
+    pub tripped: Option<String>,
+    pub stats: PluginStats,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct PluginList {
-    plugins: Vec<PluginInfo>,
+    pub plugins: Vec<PluginInfo>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct PluginAnswer {
-    plugin: PluginInfo,
+    pub plugin: PluginInfo,
 }
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamReset {
-    user_id: String,
-    epoch: i64,
+    pub user_id: String,
+    pub epoch: i64,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct DryRunAnswer {
     /// The normalized payload.
-    payload: Value,
-    preview: String,
+    pub payload: Value,
+    pub preview: String,
 }

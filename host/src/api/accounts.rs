@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::schema::{DeletedAnswer, LogoutAnswer, RevokeAnswer, TokenAnswer};
 use super::{AppState, Authenticated, Body, Code, Error, Peer, require_admin};

@@ -135,7 +135,7 @@ pub async fn members(
     User(user): User,
     path: IdPath,
     q: Result<Query<MembersQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::Members>, Error> {
     let id = group_id(path)?;
     let Query(q) = q.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let limit = q.limit.unwrap_or(200);
@@ -156,19 +156,17 @@ pub async fn members(
         .await
         .map_err(crate::store::unavailable)?;
     let has_more = rows.len() as i64 > limit;
-    let list: Vec<Value> = rows
+    let members = rows
         .iter()
         .take(limit as usize)
-        .map(|m| {
-            json!({
-                "userId": m.user_id,
-                "role": m.role.as_str(),
-                "mutedUntil": m.muted_until,
-                "joinedAt": m.joined_at,
-            })
+        .map(|m| schema::MemberView {
+            user_id: m.user_id.clone(),
+            role: m.role.as_str().to_string(),
+            muted_until: m.muted_until,
+            joined_at: m.joined_at,
         })
         .collect();
-    Ok(Json(json!({ "members": list, "hasMore": has_more })))
+    Ok(Json(schema::Members { members, has_more }))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -187,7 +185,7 @@ pub async fn add(
     User(user): User,
     path: IdPath,
     Body(b): Body<UsersBody>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::Added>, Error> {
     if !b.reason.is_empty() {
         return Err(Error::bad_request("adding members takes no reason"));
     }
@@ -195,7 +193,7 @@ pub async fn add(
         .core
         .add_members(&user, group_id(path)?, b.user_ids)
         .await?;
-    Ok(Json(json!({ "added": added })))
+    Ok(Json(schema::Added { added }))
 }
 
 #[utoipa::path(post, path = "/v1/groups/{id}/kick", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
@@ -206,12 +204,12 @@ pub async fn kick(
     User(user): User,
     path: IdPath,
     Body(b): Body<UsersBody>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::Kicked>, Error> {
     let kicked = s
         .core
         .kick(&user, group_id(path)?, b.user_ids, b.reason)
         .await?;
-    Ok(Json(json!({ "kicked": kicked })))
+    Ok(Json(schema::Kicked { kicked }))
 }
 
 #[utoipa::path(post, path = "/v1/groups/{id}/quit", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
@@ -220,10 +218,13 @@ pub async fn quit(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::QuitAnswer>, Error> {
     let id = group_id(path)?;
     s.core.quit(&user, id).await?;
-    Ok(Json(json!({ "conversationId": id, "memberState": "left" })))
+    Ok(Json(schema::QuitAnswer {
+        conversation_id: id,
+        member_state: "left".to_string(),
+    }))
 }
 
 #[utoipa::path(post, path = "/v1/groups/{id}/dissolve", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id")),
@@ -232,10 +233,13 @@ pub async fn dissolve(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::DissolveAnswer>, Error> {
     let id = group_id(path)?;
     s.core.dissolve(&user, id).await?;
-    Ok(Json(json!({ "conversationId": id, "state": "dissolved" })))
+    Ok(Json(schema::DissolveAnswer {
+        conversation_id: id,
+        state: "dissolved".to_string(),
+    }))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -330,7 +334,7 @@ pub async fn join_requests(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::JoinRequests>, Error> {
     let id = group_id(path)?;
     if current_role(&s, id, &user).await?.1 < Role::Admin {
         return Err(Error::new(
@@ -338,24 +342,22 @@ pub async fn join_requests(
             "only the owner and admins see join requests",
         ));
     }
-    let list: Vec<Value> = s
+    let requests = s
         .core
         .store
         .pending_join_requests(id)
         .await
         .map_err(crate::store::unavailable)?
-        .iter()
-        .map(|r| {
-            json!({
-                "requestId": r.request_id,
-                "userId": r.user_id,
-                "message": r.message,
-                "state": r.state.as_str(),
-                "createdAt": r.created_at,
-            })
+        .into_iter()
+        .map(|r| schema::JoinRequestView {
+            state: r.state.as_str().to_string(),
+            request_id: r.request_id,
+            user_id: r.user_id,
+            message: r.message,
+            created_at: r.created_at,
         })
         .collect();
-    Ok(Json(json!({ "requests": list })))
+    Ok(Json(schema::JoinRequests { requests }))
 }
 
 #[utoipa::path(post, path = "/v1/groups/{id}/join-requests/{userId}/approve", tag = "groups", security(("userToken" = [])), params(("id" = i64, Path, description = "the group or channel id"), ("userId" = String, Path)),
@@ -394,7 +396,7 @@ pub async fn receipts(
     User(user): User,
     path: IdPath,
     Body(b): Body<ReceiptsBody>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::Receipts>, Error> {
     let id = group_id(path)?;
     if b.seqs.is_empty() || b.seqs.len() > 100 {
         return Err(Error::bad_request("seqs lists 1 to 100 seqs"));
@@ -425,9 +427,9 @@ pub async fn receipts(
         .zip(&b.seqs)
     {
         match r {
-            (Some((seq, read, of)), _) => list.push(json!({ "seq": seq, "read": read, "of": of })),
+            (Some((seq, read, of)), _) => list.push(schema::Receipt { seq, read, of }),
             (None, seq) => return Err(Refused::MessageNotFound(*seq).into()),
         }
     }
-    Ok(Json(json!({ "receipts": list })))
+    Ok(Json(schema::Receipts { receipts: list }))
 }

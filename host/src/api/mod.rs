@@ -227,29 +227,42 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Error
 /// bus still serves its own devices and every pull.
 #[utoipa::path(get, path = "/healthz", tag = "meta",
     responses((status = 200, body = schema::Health)))]
-async fn healthz(State(s): State<AppState>) -> Json<Value> {
+async fn healthz(State(s): State<AppState>) -> Json<schema::Health> {
     let reasons = s.core.delivery.degraded();
-    if reasons.is_empty() {
-        Json(json!({ "status": "ok" }))
+    Json(if reasons.is_empty() {
+        schema::Health {
+            status: schema::Status::Ok,
+            reasons: None,
+        }
     } else {
-        Json(json!({ "status": "degraded", "reasons": reasons }))
-    }
+        schema::Health {
+            status: schema::Status::Degraded,
+            reasons: Some(reasons),
+        }
+    })
 }
 
 /// `GET /admin/node`: this node's health, its commit batches, and in cluster mode what it
 /// forwarded to the other nodes.
 #[utoipa::path(get, path = "/admin/node", tag = "admin", security(("adminToken" = [])),
     responses((status = 200, body = schema::NodeState)))]
-async fn admin_node(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
+async fn admin_node(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<schema::NodeState>, Error> {
     require_admin(&s, &headers)?;
     let reasons = s.core.delivery.degraded();
-    Ok(Json(json!({
-        "status": if reasons.is_empty() { "ok" } else { "degraded" },
-        "reasons": reasons,
-        "onlineDevices": s.core.delivery.online_devices(),
-        "commitBatches": s.core.batches.load(std::sync::atomic::Ordering::Relaxed),
-        "cluster": s.core.delivery.cluster(),
-    })))
+    Ok(Json(schema::NodeState {
+        status: if reasons.is_empty() {
+            schema::Status::Ok
+        } else {
+            schema::Status::Degraded
+        },
+        reasons,
+        online_devices: s.core.delivery.online_devices(),
+        commit_batches: s.core.batches.load(std::sync::atomic::Ordering::Relaxed),
+        cluster: s.core.delivery.cluster(),
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/plugins", tag = "plugins", security(("userToken" = [])),
@@ -440,7 +453,7 @@ async fn reset_stream(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::StreamReset>, Error> {
     require_admin(&s, &headers)?;
     let user = path
         .map(|Path(u)| u)
@@ -463,7 +476,10 @@ async fn reset_stream(
         .reset_user_stream(&user)
         .await
         .map_err(crate::store::unavailable)?;
-    Ok(Json(json!({ "userId": user, "epoch": epoch })))
+    Ok(Json(schema::StreamReset {
+        user_id: user,
+        epoch,
+    }))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -486,7 +502,7 @@ async fn dry_run(
     State(s): State<AppState>,
     headers: HeaderMap,
     body: axum::extract::Request,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::DryRunAnswer>, Error> {
     require_admin(&s, &headers)?;
     let req: DryRun = read_json(body, ADMIN_BODY_LIMIT).await?;
     let payload = req.payload.to_string();
@@ -515,5 +531,5 @@ async fn dry_run(
     .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
     let (normalized, preview) = result?;
     let payload: Value = serde_json::from_str(&normalized).unwrap_or(Value::String(normalized));
-    Ok(Json(json!({ "payload": payload, "preview": preview })))
+    Ok(Json(schema::DryRunAnswer { payload, preview }))
 }

@@ -159,6 +159,18 @@ pub enum RequestState {
     Cancelled,
 }
 
+impl From<crate::store::social::RequestState> for RequestState {
+    fn from(state: crate::store::social::RequestState) -> RequestState {
+        use crate::store::social::RequestState as S;
+        match state {
+            S::Pending => RequestState::Pending,
+            S::Accepted => RequestState::Accepted,
+            S::Rejected => RequestState::Rejected,
+            S::Cancelled => RequestState::Cancelled,
+        }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FriendRequestAnswer {
@@ -407,8 +419,8 @@ pub struct NodeState {
     pub online_devices: u64,
     pub commit_batches: u64,
     /// `null` unless in cluster mode.
-    #[schema(required = true)]
-    pub cluster: Option<ClusterStats>,
+    #[schema(value_type = Option<ClusterStats>, required = true)]
+    pub cluster: Option<crate::messaging::ClusterStats>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -159,16 +159,16 @@ pub struct RequestsQuery {
     direction: Option<String>,
 }
 
-fn request_view(r: &FriendRequest) -> Value {
-    json!({
-        "requestId": r.request_id,
-        "fromUserId": r.from_user,
-        "toUserId": r.to_user,
-        "message": r.message,
-        "state": r.state.as_str(),
-        "createdAt": r.created_at,
-        "updatedAt": r.updated_at,
-    })
+fn request_view(r: &FriendRequest) -> schema::FriendRequestView {
+    schema::FriendRequestView {
+        request_id: r.request_id.clone(),
+        from_user_id: r.from_user.clone(),
+        to_user_id: r.to_user.clone(),
+        message: r.message.clone(),
+        state: r.state.into(),
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+    }
 }
 
 #[utoipa::path(get, path = "/v1/friends/requests", tag = "social", security(("userToken" = [])), params(RequestsQuery),
@@ -177,7 +177,7 @@ pub async fn requests(
     State(s): State<AppState>,
     User(user): User,
     q: Rejected<Query<RequestsQuery>>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::FriendRequests>, Error> {
     let incoming = match query(q)?.direction.as_deref() {
         None | Some("in") => true,
         Some("out") => false,
@@ -189,23 +189,26 @@ pub async fn requests(
         .pending_requests(&user, incoming)
         .await
         .map_err(crate::store::unavailable)?;
-    let list: Vec<Value> = list.iter().map(request_view).collect();
-    Ok(Json(json!({ "requests": list })))
+    let requests = list.iter().map(request_view).collect();
+    Ok(Json(schema::FriendRequests { requests }))
 }
 
 #[utoipa::path(get, path = "/v1/friends", tag = "social", security(("userToken" = [])),
     responses((status = 200, body = schema::Friends)))]
-pub async fn friends(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
-    let list: Vec<Value> = s
+pub async fn friends(
+    State(s): State<AppState>,
+    User(user): User,
+) -> Result<Json<schema::Friends>, Error> {
+    let friends = s
         .core
         .store
         .friends(&user)
         .await
         .map_err(crate::store::unavailable)?
         .into_iter()
-        .map(|(u, since)| json!({ "userId": u, "since": since }))
+        .map(|(user_id, since)| schema::Since { user_id, since })
         .collect();
-    Ok(Json(json!({ "friends": list })))
+    Ok(Json(schema::Friends { friends }))
 }
 
 #[utoipa::path(delete, path = "/v1/friends/{userId}", tag = "social", security(("userToken" = [])), params(("userId" = String, Path)),
@@ -214,25 +217,31 @@ pub async fn remove_friend(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::Removed>, Error> {
     let other = segment(path)?;
     s.core.remove_friend(&user, &other).await?;
-    Ok(Json(json!({ "userId": other, "removed": true })))
+    Ok(Json(schema::Removed {
+        user_id: other,
+        removed: true,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/blocks", tag = "social", security(("userToken" = [])),
     responses((status = 200, body = schema::Blocks)))]
-pub async fn blocks(State(s): State<AppState>, User(user): User) -> Result<Json<Value>, Error> {
-    let list: Vec<Value> = s
+pub async fn blocks(
+    State(s): State<AppState>,
+    User(user): User,
+) -> Result<Json<schema::Blocks>, Error> {
+    let blocks = s
         .core
         .store
         .blocks(&user)
         .await
         .map_err(crate::store::unavailable)?
         .into_iter()
-        .map(|(u, since)| json!({ "userId": u, "since": since }))
+        .map(|(user_id, since)| schema::Since { user_id, since })
         .collect();
-    Ok(Json(json!({ "blocks": list })))
+    Ok(Json(schema::Blocks { blocks }))
 }
 
 #[utoipa::path(put, path = "/v1/blocks/{userId}", tag = "social", security(("userToken" = [])), params(("userId" = String, Path)),
@@ -241,10 +250,13 @@ pub async fn block(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::BlockAnswer>, Error> {
     let other = segment(path)?;
     s.core.set_block(&user, &other, true).await?;
-    Ok(Json(json!({ "userId": other, "blocked": true })))
+    Ok(Json(schema::BlockAnswer {
+        user_id: other,
+        blocked: true,
+    }))
 }
 
 #[utoipa::path(delete, path = "/v1/blocks/{userId}", tag = "social", security(("userToken" = [])), params(("userId" = String, Path)),
@@ -253,10 +265,13 @@ pub async fn unblock(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::BlockAnswer>, Error> {
     let other = segment(path)?;
     s.core.set_block(&user, &other, false).await?;
-    Ok(Json(json!({ "userId": other, "blocked": false })))
+    Ok(Json(schema::BlockAnswer {
+        user_id: other,
+        blocked: false,
+    }))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -274,7 +289,7 @@ pub async fn presence(
     State(s): State<AppState>,
     User(user): User,
     q: Rejected<Query<PresenceQuery>>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::PresenceAnswer>, Error> {
     let q = query(q)?;
     let users: Vec<String> = q
         .user_ids
@@ -289,5 +304,5 @@ pub async fn presence(
         ));
     }
     let presence = s.core.presence_of(&user, &users).await?;
-    Ok(Json(json!({ "presence": presence })))
+    Ok(Json(schema::PresenceAnswer { presence }))
 }

@@ -441,7 +441,10 @@ fn recursed(e: &wasmtime::Error) -> bool {
     for f in frames {
         *counts.entry(f.func_index()).or_insert(0usize) += 1;
     }
-    counts.values().max().is_some_and(|n| n * 10 >= frames.len() * 9)
+    counts
+        .values()
+        .max()
+        .is_some_and(|n| n * 10 >= frames.len() * 9)
 }
 
 /// `s` with control characters escaped, cut (with `…`) once it reaches `max` bytes.

@@ -9,7 +9,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::server::{Backend, Db, Sections, Server, User, Ws, peer, send_ok, setup, text};
+use common::server::{
+    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, peer, send_ok, setup, text,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -753,7 +755,62 @@ async fn logins_are_rate_limited_per_address_and_per_account() {
 on_both!(
     logout_and_revoke_all_end_tokens_and_their_connections,
     a_deleted_account_is_never_shown_by_its_name,
+    a_deletion_its_tip_kind_cannot_write_changes_nothing,
 );
+
+/// While the kind of the tips a deletion writes is switched off, the deletion is refused
+/// before anything changes; once it is on again, the deletion goes through.
+async fn a_deletion_its_tip_kind_cannot_write_changes_nothing(b: Backend) {
+    let (_db, s) = setup(&b, "delete-kind-off", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let group = common::server::ok(
+        &s,
+        &alice,
+        "POST",
+        "/v1/groups",
+        Some(json!({"name": "Hiking", "members": ["bob"]})),
+    )
+    .await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let admin = |verb: &str| format!("/admin/plugins/group-update/{verb}");
+    let (status, _) = s
+        .http("POST", &admin("disable"), Some(ADMIN_TOKEN), None)
+        .await;
+    assert_eq!(status, 200);
+    let password = json!({"password": "password-of-"});
+    s.expect_error(
+        "DELETE",
+        "/v1/account",
+        Some(&alice.token),
+        Some(password.clone()),
+        422,
+        "content_type_disabled",
+    )
+    .await;
+    // Nothing changed: her token works, she is still the group's owner, bob sees her.
+    let members = s.get(&alice, &format!("/v1/groups/{group}/members")).await;
+    let owner = members["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["userId"] == "alice")
+        .cloned()
+        .unwrap_or_else(|| panic!("alice is still a member: {members}"));
+    assert_eq!(owner["role"], "owner", "{members}");
+    let seen = s.get(&bob, &format!("/v1/groups/{group}/members")).await;
+    assert!(seen.to_string().contains("\"alice\""), "{seen}");
+
+    let (status, _) = s
+        .http("POST", &admin("enable"), Some(ADMIN_TOKEN), None)
+        .await;
+    assert_eq!(status, 200);
+    let gone = common::server::ok(&s, &alice, "DELETE", "/v1/account", Some(password)).await;
+    assert_eq!(gone["deleted"], true, "{gone}");
+    let left = s.get(&bob, &format!("/v1/groups/{group}/members")).await;
+    assert!(!left.to_string().contains("\"alice\""), "{left}");
+}
 
 async fn logout_and_revoke_all_end_tokens_and_their_connections(b: Backend) {
     let (_db, s) = setup(&b, "tokens", "").await;

@@ -7,10 +7,10 @@
 
 use serde_json::json;
 
-use super::Decision;
+use super::{Decision, SystemKind};
 use crate::auth::random_bytes;
 use crate::messaging::Core;
-use crate::protocol::Error;
+use crate::protocol::{Code, Error};
 use crate::store::accounts::{DELETED_PREFIX, rename_account};
 use crate::store::groups::Role;
 
@@ -27,6 +27,9 @@ impl Core {
             Some(alias) => alias,
             None => format!("{DELETED_PREFIX}{}", hex::encode(random_bytes::<8>())),
         };
+        // The tip kinds the deletion writes with, checked before anything changes: a kind
+        // switched off refuses the deletion whole instead of leaving it half done.
+        self.deletion_kinds_ready(&[user_id, &alias]).await?;
         // Refused from now on, on this node; its connections close.
         self.forget_account(user_id);
         if let Err(e) = self.rename(user_id, &alias).await {
@@ -50,6 +53,55 @@ impl Core {
         self.forget(crate::messaging::Forget::AllMembers);
         tracing::info!(alias = %alias, "account deleted");
         Ok(alias)
+    }
+
+    /// Each tip kind that ending the memberships and requests of `ids` writes is loaded and
+    /// switched on.
+    async fn deletion_kinds_ready(&self, ids: &[&str]) -> Result<(), Error> {
+        let mut needs = Vec::new();
+        for id in ids {
+            let groups = self
+                .store
+                .my_groups(id)
+                .await
+                .map_err(crate::store::unavailable)?;
+            if groups.iter().any(|(g, me)| me.is_current() && !g.dissolved) {
+                needs.push(SystemKind::GroupUpdate);
+            }
+            for incoming in [true, false] {
+                let pending = self
+                    .store
+                    .pending_requests(id, incoming)
+                    .await
+                    .map_err(crate::store::unavailable)?;
+                if !pending.is_empty() {
+                    needs.push(SystemKind::FriendRequest);
+                }
+            }
+        }
+        for kind in needs {
+            let name = kind.name();
+            match self.registry.by_name(name) {
+                None => {
+                    return Err(Error::new(
+                        Code::ContentTypeUnknown,
+                        format!(
+                            "deleting this account writes {name} tips, and no plugin named {name} is loaded"
+                        ),
+                    ));
+                }
+                Some(p) if !p.is_enabled() => {
+                    return Err(Error::new(
+                        Code::ContentTypeDisabled,
+                        format!(
+                            "deleting this account writes {name} tips, and that kind is switched off: switch it on, then delete again (nothing was changed)"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
     }
 
     async fn rename(&self, user_id: &str, alias: &str) -> Result<(), Error> {

@@ -11,40 +11,12 @@ pub fn kind_target() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("kind-target")
 }
 
-/// The `courier` binary, with no COURIER_* settings but the log filter.
-pub fn courier() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("COURIER_") && key != "COURIER_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
+pub use super::courier;
 
-/// The environment an author's shell would give a build: the outer cargo's
-/// CARGO_*/RUSTC*/RUSTFLAGS variables removed (registry and network settings kept), and
-/// the shared target dir.
+/// The environment an author's shell would give a build: the outer cargo's variables
+/// removed (`without_outer_cargo`), and the shared target dir.
 pub fn author_env(cmd: &mut Command) -> &mut Command {
-    const KEEP: &[&str] = &[
-        "CARGO_HOME",
-        "CARGO_NET_",
-        "CARGO_HTTP_",
-        "CARGO_REGISTRIES_",
-        "CARGO_REGISTRY_",
-        "CARGO_TERM_",
-    ];
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy().into_owned();
-        let outer = (key.starts_with("CARGO_") && !KEEP.iter().any(|k| key.starts_with(k)))
-            || key.starts_with("RUSTC")
-            || key.starts_with("RUSTDOC")
-            || key == "RUSTFLAGS";
-        if outer {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("CARGO_TARGET_DIR", kind_target())
+    super::without_outer_cargo(cmd).env("CARGO_TARGET_DIR", kind_target())
 }
 
 /// `courier plugin new NAME --lang LANG --dir DIR [extra…]`.

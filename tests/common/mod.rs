@@ -21,9 +21,9 @@ fn target_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The cargo running these tests, for building guest crates for wasm32-wasip2: the outer
-/// build's CARGO_*/RUSTC*/RUSTFLAGS variables removed, registry and network settings kept.
-fn cargo() -> Command {
+/// Removes the outer build's CARGO_*/RUSTC*/RUSTDOC*/RUSTFLAGS variables from `cmd`
+/// (registry and network settings kept): a nested build as an author's shell would run it.
+pub fn without_outer_cargo(cmd: &mut Command) -> &mut Command {
     const KEEP: &[&str] = &[
         "CARGO_HOME",
         "CARGO_NET_",
@@ -32,13 +32,32 @@ fn cargo() -> Command {
         "CARGO_REGISTRY_",
         "CARGO_TERM_",
     ];
-    let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy().into_owned();
         let outer = (key.starts_with("CARGO_") && !KEEP.iter().any(|k| key.starts_with(k)))
             || key.starts_with("RUSTC")
+            || key.starts_with("RUSTDOC")
             || key == "RUSTFLAGS";
         if outer {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// The cargo running these tests, for building guest crates for wasm32-wasip2.
+fn cargo() -> Command {
+    let mut cmd = Command::new(option_env!("CARGO").unwrap_or("cargo"));
+    without_outer_cargo(&mut cmd);
+    cmd
+}
+
+/// The `courier` binary under test, with no COURIER_* settings from the environment but
+/// the log filter (only the test's config speaks).
+pub fn courier() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("COURIER_") && key != "COURIER_LOG" {
             cmd.env_remove(key);
         }
     }

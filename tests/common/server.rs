@@ -256,14 +256,7 @@ impl Server {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
-        // Only the test's config speaks: no COURIER_* settings from the environment.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("COURIER_") && key != "COURIER_LOG" {
-                cmd.env_remove(key);
-            }
-        }
-        let mut child = cmd
+        let mut child = super::courier()
             .args(["serve", "--config"])
             .arg(&self.config)
             .current_dir(repo_root())

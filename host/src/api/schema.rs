@@ -401,16 +401,6 @@ pub struct Health {
     pub reasons: Option<Vec<String>>,
 }
 
-/// What a cluster node forwarded since start-up.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterStats {
-    pub node_id: u16,
-    pub rounds: u64,
-    pub publishes: u64,
-    pub lost: u64,
-}
-
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeState {
@@ -419,7 +409,7 @@ pub struct NodeState {
     pub online_devices: u64,
     pub commit_batches: u64,
     /// `null` unless in cluster mode.
-    #[schema(value_type = Option<ClusterStats>, required = true)]
+    #[schema(required = true)]
     pub cluster: Option<crate::messaging::ClusterStats>,
 }
 

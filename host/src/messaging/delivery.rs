@@ -175,7 +175,7 @@ pub trait Delivery: Send + Sync {
 }
 
 /// What a cluster node forwarded since start-up.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStats {
     pub node_id: u16,

@@ -4,14 +4,18 @@
 //! send→push latency p50/p99 at a fixed rate; the time to pull 1,000 missed messages;
 //! live (typing) throughput; server memory per idle connection at 10,000 connections;
 //! group fan-out to 1,000 online members (until every device has it) and the pull of a
-//! member with three membership intervals.
+//! member with three membership intervals; ping-pong between two devices with a stored
+//! kind and with a live one (each hop's latency); and for each timed phase the server's
+//! CPU per delivered message and its RSS. A summary table at the end.
 //!
 //! Run: `cargo bench -p courier --bench messaging`. SQLite with `synchronous` full (an ack
 //! survives power loss) and normal (an ack survives a crash of the server), and PostgreSQL
 //! too when `PG_TEST_URL` names a database the bench may create others from.
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
-//! `BENCH_PHASES=tp,lat,pull,live,mem,group` the figures. The server and its database are the
+//! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group` the figures; `BENCH_REPEAT=5` runs the
+//! latency phase five times. Each timed phase also prints the server's CPU per delivered
+//! message (from `/proc`, user + system) and its RSS after. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time.
@@ -35,19 +39,10 @@ use tokio_tungstenite::tungstenite::Message;
 /// Send limits out of the way: the bench measures the server, not the rate limit.
 const GATEWAY: &str = "[gateway]\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
 
-fn rss_kib(server: &Server) -> u64 {
-    let pid = server.pid().unwrap_or(0);
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// `senders` connections, each its own 1:1 conversation, each keeping `window` sends in
-/// flight for `secs`. Acked messages per second.
-async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: f64) -> f64 {
+/// flight for `secs`. Acked messages per second, and every message acked (the drain after
+/// the deadline included).
+async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: f64) -> (f64, u64) {
     let mut convs = Vec::new();
     for i in 0..senders {
         let a = format!("{tag}s{i}");
@@ -90,7 +85,10 @@ async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: 
             let drain_until = Instant::now() + Duration::from_secs(10);
             while got < sent && Instant::now() < drain_until {
                 match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
-                    Ok(Some(Ok(Message::Text(_)))) => got += 1,
+                    Ok(Some(Ok(Message::Text(_)))) => {
+                        got += 1;
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
                     _ => break,
                 }
             }
@@ -103,13 +101,14 @@ async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: 
     for t in tasks {
         t.await.unwrap();
     }
-    at_deadline as f64 / elapsed
+    (at_deadline as f64 / elapsed, acked.load(Ordering::Relaxed))
 }
 
 /// `rate` msgs/s spread over 50 senders for `secs` (after a second of warm-up); receivers
 /// online. Latency from the
-/// send frame leaving to the receiver's notify, in ms: (p50, p99, samples).
-async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usize) {
+/// send frame leaving to the receiver's notify, in ms, after the warm-up; and every notify
+/// received.
+async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (Percentiles, u64) {
     const PAIRS: usize = 50;
     let epoch = Instant::now();
     let mut convs = Vec::new();
@@ -181,14 +180,88 @@ async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (f64, f64, usiz
     for r in receivers {
         samples.extend(r.await.unwrap());
     }
+    let received = samples.len() as u64;
     let first = samples.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
-    let mut all: Vec<f64> = samples
+    let all: Vec<f64> = samples
         .into_iter()
         .filter(|s| s.0 >= first + 1000.0)
         .map(|s| s.1)
         .collect();
-    all.sort_by(f64::total_cmp);
-    (percentile(&all, 0.5), percentile(&all, 0.99), all.len())
+    (Percentiles::of(all), received)
+}
+
+/// p50, p99, p999 of a sample, and its size.
+#[derive(Debug, Clone, Copy)]
+struct Percentiles {
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    n: usize,
+}
+
+impl Percentiles {
+    fn of(mut v: Vec<f64>) -> Percentiles {
+        v.sort_by(f64::total_cmp);
+        Percentiles {
+            p50: percentile(&v, 0.5),
+            p99: percentile(&v, 0.99),
+            p999: percentile(&v, 0.999),
+            n: v.len(),
+        }
+    }
+
+    fn shown(&self) -> String {
+        format!("{:.2} / {:.2} / {:.2} ms", self.p50, self.p99, self.p999)
+    }
+}
+
+/// Ping-pong between two devices of two users: each receives the other's message, then
+/// answers it; `n` hops one after the other. The time of each hop, from its send leaving to
+/// the peer's notify, in ms.
+async fn ping_pong(
+    addr: &str,
+    tag: &str,
+    content_type: u32,
+    payload: Value,
+    n: usize,
+) -> Percentiles {
+    let a = format!("{tag}a");
+    let b = format!("{tag}b");
+    http(addr, "GET", "/v1/conversations", &b, "").await;
+    let cid = open(addr, &a, &b).await;
+    let mut ws = [connect(addr, &a, "d").await, connect(addr, &b, "d").await];
+    let to = json!({"conversationId": cid});
+    let mut hops = Vec::with_capacity(n);
+    let until = Instant::now() + Duration::from_secs(120);
+    for i in 0..n {
+        if Instant::now() > until {
+            break;
+        }
+        let (from, peer) = (i % 2, 1 - i % 2);
+        let sent = Instant::now();
+        ws[from]
+            .send(frame(
+                &format!("{tag}{i}"),
+                &to,
+                content_type,
+                payload.clone(),
+            ))
+            .await
+            .unwrap();
+        // The peer's notify; the sender's ack is read on its next turn.
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws[peer].next()).await {
+                Ok(Some(Ok(Message::Text(t)))) if t.as_str().starts_with(r#"{"type":"notify""#) => {
+                    hops.push(sent.elapsed().as_secs_f64() * 1000.0);
+                    break;
+                }
+                Ok(Some(Ok(_))) => {}
+                _ => return Percentiles::of(hops),
+            }
+        }
+    }
+    // The first hundred warm the connections and statements up.
+    Percentiles::of(hops.split_off(hops.len().min(100)))
 }
 
 /// Time to pull 1,000 messages a device missed (two pages of 500), median of 20 rounds, ms.
@@ -462,7 +535,7 @@ async fn interval_pull(addr: &str, tag: &str, per: usize) -> IntervalPull {
 /// Server RSS growth per idle WebSocket connection, over `n` connections (100 users).
 async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = rss_kib(server);
+    let before = rss_kib(server.pid().unwrap_or(0));
     let mut conns = Vec::with_capacity(n);
     let started = Instant::now();
     for i in 0..n {
@@ -473,7 +546,7 @@ async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
         conns.push(connect(&server.addr, &user, &format!("d{i}")).await);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = rss_kib(server);
+    let after = rss_kib(server.pid().unwrap_or(0));
     let per = (after.saturating_sub(before)) as f64 * 1024.0 / conns.len() as f64;
     drop(conns);
     (per, before, after)
@@ -494,13 +567,27 @@ async fn start(db: &Db, storage: &str) -> Server {
     .await
 }
 
-async fn run(
-    name: &str,
-    backend: Backend,
-    storage: &str,
-    secs: f64,
-) -> HashMap<&'static str, String> {
-    let mut out = HashMap::new();
+/// What one database's run printed: the phases' figures, the server's CPU per delivered
+/// message in each, its RSS (MiB) after each.
+#[derive(Default)]
+struct Figures {
+    figure: HashMap<&'static str, String>,
+    cpu: HashMap<&'static str, String>,
+    rss: HashMap<&'static str, String>,
+}
+
+impl Figures {
+    fn record(&mut self, name: &str, pid: u32, key: &'static str, figure: String, cpu: f64) {
+        let rss = rss_kib(pid);
+        eprintln!("[{name}] {key}: {figure}; server CPU {cpu:.1} µs/msg; RSS {rss} KiB");
+        self.figure.insert(key, figure);
+        self.cpu.insert(key, format!("{cpu:.1}"));
+        self.rss.insert(key, format!("{}", rss / 1024));
+    }
+}
+
+async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures {
+    let mut out = Figures::default();
     let db = Db::new(&backend, &format!("bench-{name}")).await;
     let server = start(&db, storage).await;
     eprintln!(
@@ -508,36 +595,78 @@ async fn run(
         server.addr,
         server.pid()
     );
+    let pid = server.pid().unwrap_or(0);
     // Latency first, on an empty database: the throughput phases leave a large WAL behind.
     if phase("lat") {
-        let (p50, p99, n) = latency(&server.addr, "lat", 5000, secs).await;
-        eprintln!(
-            "[{name}] latency at 5000 msgs/s: p50 {p50:.2} ms, p99 {p99:.2} ms ({n} samples)"
+        let runs: usize = std::env::var("BENCH_REPEAT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let mut shown = Vec::new();
+        let mut cpus = Vec::new();
+        for run in 0..runs {
+            let cpu = CpuMeter::start(pid);
+            let (l, received) = latency(&server.addr, &format!("lat{run}"), 5000, secs).await;
+            cpus.push(cpu.per(received));
+            eprintln!(
+                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples)",
+                run + 1,
+                l.shown(),
+                l.n
+            );
+            shown.push(l.shown());
+        }
+        let cpu = cpus.iter().sum::<f64>() / cpus.len() as f64;
+        out.record(name, pid, "lat", shown.join("; "), cpu);
+    }
+    if phase("pingpong") {
+        let cpu = CpuMeter::start(pid);
+        let stored = ping_pong(&server.addr, "pps", 1, json!({"text": "ping"}), 2100).await;
+        out.record(
+            name,
+            pid,
+            "pp-stored",
+            format!("{} ({} hops)", stored.shown(), stored.n),
+            cpu.per(2100),
         );
-        out.insert("lat", format!("{p50:.2} / {p99:.2} ms ({n} samples)"));
+        let cpu = CpuMeter::start(pid);
+        let call = json!({"action": "invite", "callId": "c-1", "media": "audio"});
+        let live = ping_pong(&server.addr, "ppl", 6, call, 2100).await;
+        out.record(
+            name,
+            pid,
+            "pp-live",
+            format!("{} ({} hops)", live.shown(), live.n),
+            cpu.per(2100),
+        );
     }
     for (senders, key) in [(1, "tp1"), (16, "tp16"), (256, "tp256")] {
         if !phase("tp") {
             break;
         }
-        let r = throughput(&server.addr, &format!("{key}x"), senders, 64, secs).await;
-        eprintln!("[{name}] throughput, {senders} senders: {r:.0} msgs/s");
-        out.insert(key, format!("{r:.0}"));
+        let cpu = CpuMeter::start(pid);
+        let (r, acked) = throughput(&server.addr, &format!("{key}x"), senders, 64, secs).await;
+        out.record(name, pid, key, format!("{r:.0}"), cpu.per(acked));
     }
     if phase("pull") {
         let pull = pull_missed(&server.addr, "pull").await;
         eprintln!("[{name}] pull 1000 missed: {pull:.2} ms");
-        out.insert("pull", format!("{pull:.2} ms"));
+        out.figure.insert("pull", format!("{pull:.2} ms"));
     }
     if phase("live") {
+        let cpu = CpuMeter::start(pid);
         let (rate, recv) = live(&server.addr, "live", secs).await;
-        eprintln!("[{name}] typing: {rate:.0} acked/s, {recv} pushes received");
-        out.insert(
+        out.record(
+            name,
+            pid,
             "live",
             format!("{rate:.0} acked/s ({recv} pushes received, coalesced)"),
+            // Per send the server handled (most pushes are coalesced away).
+            cpu.per((rate * secs) as u64),
         );
     }
     if phase("group") {
+        let cpu = CpuMeter::start(pid);
         let f = group_fanout(
             std::slice::from_ref(&server.addr),
             "gf",
@@ -560,7 +689,11 @@ async fn run(
              max {:.2} ms ({} messages, {every})",
             f.p50, f.p99, f.max, f.messages
         );
-        out.insert(
+        // Every message reaches the 999 other members' devices.
+        let deliveries = (f.messages * 999) as u64;
+        out.record(
+            name,
+            pid,
             "group",
             format!(
                 "{:.2} / {:.2} / {:.2} ms ({} messages, {})",
@@ -574,6 +707,7 @@ async fn run(
                     format!("{} mismatches", f.mismatches)
                 }
             ),
+            cpu.per(deliveries),
         );
         let p = interval_pull(&server.addr, "gi", 300).await;
         let check = if p.got == p.expected && p.wrong == 0 {
@@ -586,7 +720,7 @@ async fn run(
              (1 interval: {:.2} ms for {})",
             p.ms, p.got, p.expected, p.one_ms, p.one_got
         );
-        out.insert(
+        out.figure.insert(
             "gpull",
             format!(
                 "{:.2} ms for {} (expected {}{check}); 1 interval: {:.2} ms for {}",
@@ -602,7 +736,7 @@ async fn run(
     let server = start(&db, storage).await;
     let (per, before, after) = idle_memory(&server, "mem", 10_000).await;
     eprintln!("[{name}] idle connections: {per:.0} B each (RSS {before} KiB → {after} KiB)");
-    out.insert(
+    out.figure.insert(
         "mem",
         format!("{:.2} KiB (RSS {before} → {after} KiB)", per / 1024.0),
     );
@@ -649,6 +783,16 @@ fn main() {
             .join(" | ")
     );
     println!("|---|{}", "---|".repeat(results.len()));
+    let row = |label: &str, pick: &dyn Fn(&Figures) -> Option<String>| {
+        println!(
+            "| {label} | {} |",
+            results
+                .iter()
+                .map(|(_, r)| pick(r).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    };
     for (key, label) in [
         (
             "tp1",
@@ -656,7 +800,18 @@ fn main() {
         ),
         ("tp16", "persistent 1:1, 16 senders, acked msgs/s"),
         ("tp256", "persistent 1:1, 256 senders, acked msgs/s"),
-        ("lat", "send → push latency at 5,000 msgs/s, p50 / p99"),
+        (
+            "lat",
+            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run)",
+        ),
+        (
+            "pp-stored",
+            "ping-pong, stored kind (text), each hop p50 / p99 / p999",
+        ),
+        (
+            "pp-live",
+            "ping-pong, live kind (rtc-call), each hop p50 / p99 / p999",
+        ),
         ("pull", "pull 1,000 missed messages (2 pages), median"),
         ("live", "typing (latest), 16 senders"),
         (
@@ -672,13 +827,12 @@ fn main() {
             "server memory per idle connection, 10,000 connections",
         ),
     ] {
-        println!(
-            "| {label} | {} |",
-            results
-                .iter()
-                .map(|(_, r)| r.get(key).cloned().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
+        row(label, &|r| r.figure.get(key).cloned());
+        if results.iter().any(|(_, r)| r.cpu.contains_key(key)) {
+            row(&format!("… server CPU µs per delivered message"), &|r| {
+                r.cpu.get(key).cloned()
+            });
+            row("… server RSS after, MiB", &|r| r.rss.get(key).cloned());
+        }
     }
 }

@@ -90,6 +90,55 @@ pub async fn open(addr: &str, a: &str, b: &str) -> i64 {
     ack["conversationId"].as_i64().unwrap()
 }
 
+/// The CPU time a process used so far, user and system, all its threads (those that
+/// ended included), in µs: `/proc/PID/stat`'s `utime` and `stime`, in 10 ms ticks.
+pub fn cpu_micros(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis start at the state (field 3).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime is field 14, stime 15; USER_HZ is 100 on Linux.
+    (tick(11) + tick(12)) * 10_000
+}
+
+/// A process's resident memory now, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The server's CPU over one phase: started before it, read after with the messages the
+/// phase delivered.
+pub struct CpuMeter {
+    pid: u32,
+    start: u64,
+}
+
+impl CpuMeter {
+    pub fn start(pid: u32) -> CpuMeter {
+        CpuMeter {
+            pid,
+            start: cpu_micros(pid),
+        }
+    }
+
+    /// µs of server CPU per delivered message since `start`.
+    pub fn per(&self, delivered: u64) -> f64 {
+        (cpu_micros(self.pid) - self.start) as f64 / delivered.max(1) as f64
+    }
+}
+
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

@@ -829,7 +829,7 @@ fn main() {
     ] {
         row(label, &|r| r.figure.get(key).cloned());
         if results.iter().any(|(_, r)| r.cpu.contains_key(key)) {
-            row(&format!("… server CPU µs per delivered message"), &|r| {
+            row("… server CPU µs per delivered message", &|r| {
                 r.cpu.get(key).cloned()
             });
             row("… server RSS after, MiB", &|r| r.rss.get(key).cloned());

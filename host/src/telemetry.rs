@@ -335,6 +335,10 @@ struct Hot {
     ack_live: metrics::Histogram,
     batch_ops: metrics::Histogram,
     commit_seconds: metrics::Histogram,
+    /// `OUTBOX_DROPPED` of `latest` and of `droppable` frames (counted under the outbox's
+    /// lock).
+    dropped_latest: metrics::Counter,
+    dropped_droppable: metrics::Counter,
     /// `SENDS` by content type and outcome, as they come.
     sends:
         std::sync::RwLock<std::collections::HashMap<(Option<u32>, &'static str), metrics::Counter>>,
@@ -355,6 +359,8 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
         ack_live: metrics::histogram!(SEND_ACK_SECONDS, "delivery" => "live"),
         batch_ops: metrics::histogram!(COMMIT_BATCH_OPS),
         commit_seconds: metrics::histogram!(COMMIT_SECONDS),
+        dropped_latest: metrics::counter!(OUTBOX_DROPPED, "class" => "latest"),
+        dropped_droppable: metrics::counter!(OUTBOX_DROPPED, "class" => "droppable"),
         sends: Default::default(),
     }
 });
@@ -424,11 +430,11 @@ pub fn commit(ops: usize, took: Duration, failed: bool) {
 
 /// A frame an outbox dropped, by the frame's delivery class.
 pub fn outbox_dropped(class: crate::plugins::Delivery) {
-    let class = match class {
-        crate::plugins::Delivery::Latest => "latest",
-        _ => "droppable",
-    };
-    metrics::counter!(OUTBOX_DROPPED, "class" => class).increment(1);
+    match class {
+        crate::plugins::Delivery::Latest => &HOT.dropped_latest,
+        _ => &HOT.dropped_droppable,
+    }
+    .increment(1);
 }
 
 /// What a pull read.

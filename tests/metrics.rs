@@ -75,6 +75,25 @@ async fn the_counters_move_by_what_the_clients_did() {
     let mut a = s.connect(&alice, "phone").await;
     let mut b = s.connect(&bob, "phone").await;
     let before = scrape(&s).await;
+    // Series of fixed labels are there before anything happened, at 0.
+    for name in [
+        "courier_commit_failures_total",
+        "courier_outbox_dropped_total",
+        "courier_pull_seconds_count",
+        "courier_slow_consumer_disconnects_total",
+    ] {
+        assert!(
+            before.iter().any(|(n, _, _)| n == name),
+            "{name} is missing before any traffic"
+        );
+    }
+    // A method HTTP does not have is one label value, not one per name.
+    for method in ["FOOBAR", "XYZZY"] {
+        assert_eq!(
+            request(&s.addr, method, "/healthz", &[], "").await.status,
+            405
+        );
+    }
     let delta = |after: &[Sample], name: &str, labels: &[(&str, &str)]| {
         value(after, name, labels) - value(&before, name, labels)
     };
@@ -243,6 +262,20 @@ async fn the_counters_move_by_what_the_clients_did() {
         ),
         2.0
     );
+    assert_eq!(
+        delta(
+            &after,
+            "courier_http_requests_total",
+            &[("route", "OTHER /healthz"), ("status", "405")]
+        ),
+        2.0
+    );
+    assert!(
+        !after
+            .iter()
+            .any(|(_, l, _)| l.get("route").is_some_and(|r| r.contains("FOOBAR"))),
+        "a made-up method became a label"
+    );
     assert_eq!(value(&after, "courier_connections", &[]), 2.0);
     assert_eq!(value(&after, "courier_users_online", &[]), 2.0);
     assert!(value(&after, "courier_db_pool_max", &[("pool", "read")]) >= 1.0);
@@ -308,8 +341,14 @@ async fn the_metrics_address_needs_no_token_and_serves_nothing_else() {
         ),
         1.0
     );
-    let (status, _) = http_at(&at, "GET", "/v1/conversations", Some(&alice.token), "").await;
-    assert_eq!(status, 404);
+    assert!(a.header("x-request-id").is_some(), "{:?}", a.headers);
+    let (status, body) = http_at(&at, "GET", "/v1/conversations", Some(&alice.token), "").await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("not_found")));
+    let (status, body) = http_at(&at, "POST", "/metrics", None, "").await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (405, &json!("method_not_allowed"))
+    );
 }
 
 /// Every series the server exports is listed in docs/operations.md, and the docs name

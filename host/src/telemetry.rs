@@ -299,6 +299,9 @@ pub fn install() -> &'static PrometheusHandle {
             }
         }
         metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+        // The series of fixed labels exist from the start, at 0, so a query of one finds
+        // 0 rather than nothing.
+        std::sync::LazyLock::force(&HOT);
         handle
     })
 }
@@ -339,13 +342,15 @@ struct Hot {
     /// lock).
     dropped_latest: metrics::Counter,
     dropped_droppable: metrics::Counter,
+    commit_failures: metrics::Counter,
+    /// `PULL_SECONDS` by `Pulled`.
+    pulls: [metrics::Histogram; 3],
     /// `SENDS` by content type and outcome, as they come.
     sends:
         std::sync::RwLock<std::collections::HashMap<(Option<u32>, &'static str), metrics::Counter>>,
 }
 
-/// Taken on first use, after `install` (the server installs first; before, they count
-/// nothing).
+/// Taken by `install` (a use before it, in a process without the server, counts nothing).
 static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
     use crate::protocol::frames::SERVER_FRAME_TYPES;
     Hot {
@@ -361,6 +366,9 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
         commit_seconds: metrics::histogram!(COMMIT_SECONDS),
         dropped_latest: metrics::counter!(OUTBOX_DROPPED, "class" => "latest"),
         dropped_droppable: metrics::counter!(OUTBOX_DROPPED, "class" => "droppable"),
+        commit_failures: metrics::counter!(COMMIT_FAILURES),
+        pulls: ["messages", "user_stream", "overview"]
+            .map(|what| metrics::histogram!(PULL_SECONDS, "what" => what)),
         sends: Default::default(),
     }
 });
@@ -424,7 +432,7 @@ pub fn commit(ops: usize, took: Duration, failed: bool) {
     HOT.batch_ops.record(ops as f64);
     HOT.commit_seconds.record(took);
     if failed {
-        metrics::counter!(COMMIT_FAILURES).increment(1);
+        HOT.commit_failures.increment(1);
     }
 }
 
@@ -447,12 +455,7 @@ pub enum Pulled {
 
 /// A pull served in `took`.
 pub fn pull(what: Pulled, took: Duration) {
-    let what = match what {
-        Pulled::Messages => "messages",
-        Pulled::UserStream => "user_stream",
-        Pulled::Overview => "overview",
-    };
-    metrics::histogram!(PULL_SECONDS, "what" => what).record(took);
+    HOT.pulls[what as usize].record(took);
 }
 
 /// An event appended to a user's stream.

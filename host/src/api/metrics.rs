@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument as _;
@@ -104,8 +104,19 @@ fn request_id(headers: &HeaderMap) -> String {
 pub async fn observe(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = request_id(req.headers());
+    // Bounded: a method HTTP does not define reads as OTHER.
+    let method = match *req.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::PATCH
+        | Method::DELETE
+        | Method::HEAD
+        | Method::OPTIONS => req.method().as_str(),
+        _ => "OTHER",
+    };
     let route = match req.extensions().get::<MatchedPath>() {
-        Some(path) => format!("{} {}", req.method(), path.as_str()),
+        Some(path) => format!("{method} {}", path.as_str()),
         None => "unmatched".to_string(),
     };
     let span = tracing::info_span!("request", id = %id, route = %route);

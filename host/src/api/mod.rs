@@ -122,6 +122,8 @@ pub fn metrics_app(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics::open))
         .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(metrics::observe))
         .with_state(state)
 }
 

@@ -88,8 +88,6 @@ pub struct Hub {
     shards: Box<[Shard]>,
     hasher: std::collections::hash_map::RandomState,
     online: AtomicU64,
-    /// Pushes not queued (dropped or overflowed), for the metrics.
-    pub undelivered: AtomicU64,
     /// The bytes waiting in every outbox of this node.
     budget: Arc<NodeBudget>,
 }
@@ -101,7 +99,6 @@ impl Hub {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: Default::default(),
             online: AtomicU64::new(0),
-            undelivered: AtomicU64::new(0),
             budget: NodeBudget::new(node_outbox_bytes),
         }
     }
@@ -238,10 +235,6 @@ impl Delivery for Hub {
                     Queued::Dropped | Queued::Overflow | Queued::Closed => reach.dropped += 1,
                 }
             }
-        }
-        if reach.dropped > 0 {
-            self.undelivered
-                .fetch_add(u64::from(reach.dropped), Ordering::Relaxed);
         }
         reach
     }

@@ -14,6 +14,7 @@ use serde_json::json;
 on_both!(
     group_receipts_count_reads,
     former_members_see_no_read_positions_or_earlier_receipts,
+    receipts_count_members_from_their_current_interval,
 );
 
 async fn group_receipts_count_reads(b: Backend) {
@@ -233,5 +234,63 @@ async fn former_members_see_no_read_positions_or_earlier_receipts(b: Backend) {
     assert_eq!(
         r["receipts"][0]["of"], 2,
         "bob and dave, not alice (the sender) nor carol (gone)"
+    );
+}
+
+/// A member who left and came back counts only for what was sent since their return (their
+/// earlier interval does not); the tip of their own return counts as read by them. Seqs are
+/// answered in the order asked, repeats included.
+async fn receipts_count_members_from_their_current_interval(b: Backend) {
+    let (_db, s) = setup(&b, "receipts-rejoin", "").await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let carol = s.user("carol").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "J", "members": ["bob", "carol"]}),
+        )
+        .await,
+    );
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    let early = say(&s, &alice, cid, 2, "early").await;
+    ok(
+        &s,
+        &carol,
+        "POST",
+        &format!("/v1/conversations/{cid}/read"),
+        Some(json!({ "seq": early })),
+    )
+    .await;
+    ok(&s, &carol, "POST", &g("/quit"), None).await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/members"),
+        Some(json!({"userIds": ["carol"]})),
+    )
+    .await;
+    let back = early + 2;
+    let later = say(&s, &alice, cid, 2, "later").await;
+    assert_eq!(later, back + 1);
+    let got = ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/receipts"),
+        Some(json!({ "seqs": [later, early, back, later] })),
+    )
+    .await;
+    assert_eq!(
+        got,
+        json!({"receipts": [
+            {"seq": later, "read": 0, "of": 2},
+            {"seq": early, "read": 0, "of": 1},
+            {"seq": back, "read": 1, "of": 2},
+            {"seq": later, "read": 0, "of": 2},
+        ]}),
+        "early: bob only (carol is back since, alice sent it); back: carol saw her own return"
     );
 }

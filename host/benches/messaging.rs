@@ -5,7 +5,11 @@
 //! live (typing) throughput; server memory per idle connection at 10,000 connections;
 //! group fan-out to 1,000 online members (until every device has it) and the pull of a
 //! member with three membership intervals; ping-pong between two devices with a stored
-//! kind and with a live one (each hop's latency); and for each timed phase the server's
+//! kind and with a live one (each hop's latency); a 10,000-member group (`mega`, on a
+//! server of its own with `max_group_members` raised, on a fresh database): its creation
+//! and add batches of 500, the fan-out to 2,000 online members at 5 msgs/s until the last
+//! device has it, and a member's pull and overview and the owner's receipts for 100 seqs
+//! against a 10-member group with as many messages; and for each timed phase the server's
 //! CPU per delivered message and its RSS. A summary table at the end.
 //!
 //! Run: `cargo bench -p courier --bench messaging`. SQLite with `synchronous` full (an ack
@@ -13,15 +17,19 @@
 //! too when `PG_TEST_URL` names a database the bench may create others from.
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
-//! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group` the figures; `BENCH_REPEAT=5` runs the
+//! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega` the figures; `BENCH_REPEAT=5` runs the
 //! latency phase five times. Each timed phase also prints the server's CPU per delivered
 //! message (from `/proc`, user + system) and its RSS after. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
-//! Every loop is bounded by a count and by time.
+//! Every loop is bounded by a count and by time (the `mega` phase's too: 10,000 users made
+//! 32 at a time within 600 s, 2,000 devices connected within 300 s, 20 to 300 messages),
+//! and every client is on loopback.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "support/mega.rs"]
+mod mega;
 mod support;
 
 use support::*;
@@ -555,39 +563,251 @@ async fn idle_memory(server: &Server, tag: &str, n: usize) -> (f64, u64, u64) {
 /// The bench's server: the load generator is every client, all from 127.0.0.1, so no cap
 /// per address.
 async fn start(db: &Db, storage: &str) -> Server {
+    start_with(db, storage, GATEWAY).await
+}
+
+/// As `start`, with `extra` as the config's own sections.
+async fn start_with(db: &Db, storage: &str, extra: &str) -> Server {
     Server::start_sections(
         db,
         Sections {
             server: "max_connections_per_address = 0\n",
             storage,
-            extra: GATEWAY,
+            extra,
             ..Sections::default()
         },
     )
     .await
 }
 
+/// Members of the `mega` phase's big group, the owner included; those online (the sender
+/// included); the size of an add batch (and of the group as created); the small group.
+const MEGA_MEMBERS: usize = 10_000;
+const MEGA_ONLINE: usize = 2_000;
+const MEGA_BATCH: usize = 500;
+const MEGA_SMALL: usize = 10;
+/// The rate of the big group's messages and their count's bounds.
+const MEGA_RATE: f64 = 5.0;
+const MEGA_MIN_MESSAGES: usize = 20;
+const MEGA_MAX_MESSAGES: usize = 300;
+
+/// The `mega` phase on a server of its own (`max_group_members` raised to the big group's
+/// size), on a fresh database: 10,000 users, a group of them grown as a client grows one
+/// (created with 500, then 500 at a time), 2,000 of its members online and the fan-out of
+/// texts at `MEGA_RATE`; then a member's full pull, overview and the owner's receipts for
+/// 100 seqs, against a 10-member group with the same messages.
+async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out: &mut Figures) {
+    let started = Instant::now();
+    let db = Db::new(backend, &format!("bench-{name}-mega")).await;
+    let extra = format!("{GATEWAY}[messaging]\nmax_group_members = {MEGA_MEMBERS}\n");
+    let server = start_with(&db, storage, &extra).await;
+    let (addr, pid) = (server.addr.as_str(), server.pid().unwrap_or(0));
+    eprintln!("[{name}] mega: server on {addr} (pid {pid})");
+    let owner = "megao".to_string();
+    let members: Vec<String> = (1..MEGA_MEMBERS).map(|k| format!("megam{k}")).collect();
+    let small_owner = "megaso".to_string();
+    let small: Vec<String> = (1..MEGA_SMALL).map(|k| format!("megas{k}")).collect();
+
+    // 1. Users, then the big group grown in batches.
+    let t = Instant::now();
+    let everyone: Vec<String> = [&owner, &small_owner]
+        .into_iter()
+        .cloned()
+        .chain(members.iter().cloned())
+        .chain(small.iter().cloned())
+        .collect();
+    mega::make_users(addr, &everyone, 32, Duration::from_secs(600)).await;
+    let users_s = t.elapsed().as_secs_f64();
+    let g = mega::grow_group(
+        addr,
+        &owner,
+        &members,
+        MEGA_BATCH - 1,
+        MEGA_BATCH,
+        Duration::from_secs(900),
+    )
+    .await;
+    assert_eq!(
+        g.members, MEGA_MEMBERS as i64,
+        "the big group's memberCount"
+    );
+    let cid = g.cid;
+    let mut sorted = g.batches.clone();
+    sorted.sort_by(f64::total_cmp);
+    let grow = format!(
+        "create (500 members) {:.1} ms; {} add batches of 500: p50 {:.1} / max {:.1} ms \
+         (first {:.1}, last {:.1})",
+        g.create_ms,
+        g.batches.len(),
+        percentile(&sorted, 0.5),
+        sorted.last().copied().unwrap_or(f64::NAN),
+        g.batches.first().copied().unwrap_or(f64::NAN),
+        g.batches.last().copied().unwrap_or(f64::NAN),
+    );
+    let each: Vec<String> = g.batches.iter().map(|b| format!("{b:.0}")).collect();
+    eprintln!(
+        "[{name}] mega: {} users made in {users_s:.1} s (32 at once); {grow}; each batch, ms: {}",
+        everyone.len(),
+        each.join(" ")
+    );
+    out.figure.insert("mega-grow", grow);
+    let small_group = must(
+        addr,
+        "POST",
+        "/v1/groups",
+        &small_owner,
+        &json!({"name": "small", "members": small}).to_string(),
+    )
+    .await;
+    let small_cid = small_group["conversationId"].as_i64().unwrap();
+
+    // 2. The fan-out to 1,999 other online devices.
+    let n = ((MEGA_RATE * secs).round() as usize).clamp(MEGA_MIN_MESSAGES, MEGA_MAX_MESSAGES);
+    let online = &members[..MEGA_ONLINE - 1];
+    let t = Instant::now();
+    let (f, cpu_us) = mega::fanout_online(
+        addr,
+        pid,
+        cid,
+        &owner,
+        online,
+        MEGA_RATE,
+        n,
+        Duration::from_secs(300),
+    )
+    .await;
+    let deliveries = (f.messages * online.len()) as u64;
+    // From the first send until every device had every message: the pushes' cost.
+    let n = deliveries.max(1) as f64;
+    let cpu = Cpu {
+        server: cpu_us.server / n,
+        db: cpu_us.db / n,
+    };
+    let every = if f.mismatches == 0 {
+        "all once".to_string()
+    } else {
+        format!(
+            "MISMATCH: {} (device, message) pairs not received exactly once",
+            f.mismatches
+        )
+    };
+    eprintln!(
+        "[{name}] mega: fan-out {MEGA_MEMBERS} members, {MEGA_ONLINE} online, {MEGA_RATE} msgs/s, \
+         until the last of {} other devices has it: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
+         ({} messages, {} complete, {every}; connect and send {:.1} s)",
+        online.len(),
+        f.p50,
+        f.p99,
+        f.max,
+        f.messages,
+        f.complete,
+        t.elapsed().as_secs_f64()
+    );
+    out.record(
+        name,
+        pid,
+        "mega",
+        format!(
+            "{:.2} / {:.2} / {:.2} ms ({} messages, {every})",
+            f.p50, f.p99, f.max, f.messages
+        ),
+        cpu,
+    );
+
+    // 3. Pull and overview: a member of the last add batch of the big group (it sees that
+    // batch's tip and the texts) against a member of the small group (the created tip and
+    // as many texts).
+    let mut ws = connect(addr, &small_owner, "d").await;
+    send_group(&mut ws, small_cid, "ms", f.messages).await;
+    let (big_member, small_member) = (members.last().unwrap(), small.last().unwrap());
+    let (big_pull, big_got) = time_pull(addr, big_member, cid).await;
+    let (small_pull, small_got) = time_pull(addr, small_member, small_cid).await;
+    let pull = format!(
+        "10,000 members: {big_pull:.2} ms for {big_got}; 10 members: {small_pull:.2} ms for {small_got}"
+    );
+    eprintln!("[{name}] mega: full pull of a member, median of 20: {pull}");
+    out.figure.insert("mega-pull", pull);
+    let overview = "/v1/conversations?limit=50";
+    let (big_ov, _) = mega::median_of(addr, "GET", overview, big_member, "", 20).await;
+    let (small_ov, _) = mega::median_of(addr, "GET", overview, small_member, "", 20).await;
+    let ov = format!("10,000 members: {big_ov:.2} ms; 10 members: {small_ov:.2} ms");
+    eprintln!("[{name}] mega: overview of a member, median of 20: {ov}");
+    out.figure.insert("mega-overview", ov);
+
+    // 4. Receipts for the newest 100 seqs, the same texts added to both groups until each
+    // has 100 after its tips; some members have read them.
+    let extra = 100usize.saturating_sub(f.messages);
+    send_group(&mut ws, small_cid, "mx", extra).await;
+    drop(ws);
+    let mut ws = connect(addr, &owner, "top-up").await;
+    send_group(&mut ws, cid, "mx", extra).await;
+    drop(ws);
+    let mut receipts = Vec::new();
+    for (gid, asker, readers) in [
+        (cid, &owner, &members[..200]),
+        (small_cid, &small_owner, &small[..5]),
+    ] {
+        let info = must(addr, "GET", &format!("/v1/conversations/{gid}"), asker, "").await;
+        let last = info["lastSeq"].as_i64().unwrap();
+        mega::mark_read(addr, gid, readers, last, 32, Duration::from_secs(120)).await;
+        let seqs: Vec<i64> = (last - 99..=last).collect();
+        let (ms, answer) = mega::median_of(
+            addr,
+            "POST",
+            &format!("/v1/groups/{gid}/receipts"),
+            asker,
+            &json!({ "seqs": seqs }).to_string(),
+            10,
+        )
+        .await;
+        let list = answer["receipts"].as_array().cloned().unwrap_or_default();
+        assert_eq!(list.len(), 100, "receipts of {gid}: {answer}");
+        let newest = list.last().cloned().unwrap_or(Value::Null);
+        receipts.push(format!(
+            "{ms:.2} ms (newest: {} of {} read)",
+            newest["read"], newest["of"]
+        ));
+    }
+    let rc = format!(
+        "10,000 members: {}; 10 members: {}",
+        receipts[0], receipts[1]
+    );
+    eprintln!("[{name}] mega: receipts for 100 seqs, median of 10: {rc}");
+    out.figure.insert("mega-receipts", rc);
+    eprintln!(
+        "[{name}] mega: phase took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    drop(server);
+}
+
 /// What one database's run printed: the phases' figures, the server's CPU per delivered
 /// message in each, its RSS (MiB) after each.
 #[derive(Default)]
 struct Figures {
+    /// PostgreSQL's own CPU is shown beside the server's.
+    postgres: bool,
     figure: HashMap<&'static str, String>,
     cpu: HashMap<&'static str, String>,
     rss: HashMap<&'static str, String>,
 }
 
 impl Figures {
-    fn record(&mut self, name: &str, pid: u32, key: &'static str, figure: String, cpu: f64) {
+    fn record(&mut self, name: &str, pid: u32, key: &'static str, figure: String, cpu: Cpu) {
         let rss = rss_kib(pid);
-        eprintln!("[{name}] {key}: {figure}; server CPU {cpu:.1} µs/msg; RSS {rss} KiB");
+        let cpu = cpu.shown(self.postgres);
+        eprintln!("[{name}] {key}: {figure}; server CPU {cpu} µs/msg; RSS {rss} KiB");
         self.figure.insert(key, figure);
-        self.cpu.insert(key, format!("{cpu:.1}"));
+        self.cpu.insert(key, cpu);
         self.rss.insert(key, format!("{}", rss / 1024));
     }
 }
 
 async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures {
-    let mut out = Figures::default();
+    let mut out = Figures {
+        postgres: !matches!(backend, Backend::Sqlite),
+        ..Figures::default()
+    };
     let db = Db::new(&backend, &format!("bench-{name}")).await;
     let server = start(&db, storage).await;
     eprintln!(
@@ -616,8 +836,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             );
             shown.push(l.shown());
         }
-        let cpu = cpus.iter().sum::<f64>() / cpus.len() as f64;
-        out.record(name, pid, "lat", shown.join("; "), cpu);
+        out.record(name, pid, "lat", shown.join("; "), Cpu::mean(&cpus));
     }
     if phase("pingpong") {
         let cpu = CpuMeter::start(pid);
@@ -729,6 +948,9 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         );
     }
     drop(server);
+    if phase("mega") {
+        mega_phase(name, &backend, storage, secs, &mut out).await;
+    }
     if !phase("mem") {
         return out;
     }
@@ -821,6 +1043,26 @@ fn main() {
         (
             "gpull",
             "full pull of a group member with 3 membership intervals, median",
+        ),
+        (
+            "mega-grow",
+            "10,000-member group: create with 500, then add batches of 500 (p50 / max)",
+        ),
+        (
+            "mega",
+            "10,000-member group, 2,000 online, 5 msgs/s, until the last device has it, p50 / p99 / max",
+        ),
+        (
+            "mega-pull",
+            "full pull of a member, 10,000- vs 10-member group, median",
+        ),
+        (
+            "mega-overview",
+            "overview of a member, 10,000- vs 10-member group, median",
+        ),
+        (
+            "mega-receipts",
+            "group receipts for 100 seqs, 10,000- vs 10-member group, median",
         ),
         (
             "mem",

@@ -123,6 +123,33 @@ pub fn rss_kib(pid: u32) -> u64 {
 pub struct CpuMeter {
     pid: u32,
     start: u64,
+    db_start: u64,
+}
+
+/// CPU per delivered message, µs: the server's, and PostgreSQL's processes' on the same
+/// machine (0 on SQLite, which runs inside the server).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu {
+    pub server: f64,
+    pub db: f64,
+}
+
+impl Cpu {
+    pub fn mean(all: &[Cpu]) -> Cpu {
+        let n = all.len().max(1) as f64;
+        Cpu {
+            server: all.iter().map(|c| c.server).sum::<f64>() / n,
+            db: all.iter().map(|c| c.db).sum::<f64>() / n,
+        }
+    }
+
+    /// `12.3`, or `12.3 + 4.5 PostgreSQL` when the database's own CPU is counted.
+    pub fn shown(&self, postgres: bool) -> String {
+        match postgres {
+            true => format!("{:.1} + {:.1} PostgreSQL", self.server, self.db),
+            false => format!("{:.1}", self.server),
+        }
+    }
 }
 
 impl CpuMeter {
@@ -130,13 +157,47 @@ impl CpuMeter {
         CpuMeter {
             pid,
             start: cpu_micros(pid),
+            db_start: postgres_cpu_micros(),
         }
     }
 
-    /// µs of server CPU per delivered message since `start`.
-    pub fn per(&self, delivered: u64) -> f64 {
-        (cpu_micros(self.pid) - self.start) as f64 / delivered.max(1) as f64
+    /// µs of CPU per delivered message since `start`.
+    pub fn per(&self, delivered: u64) -> Cpu {
+        let n = delivered.max(1) as f64;
+        Cpu {
+            server: cpu_micros(self.pid).saturating_sub(self.start) as f64 / n,
+            db: postgres_cpu_micros().saturating_sub(self.db_start) as f64 / n,
+        }
     }
+}
+
+/// CPU used by every `postgres` process on this machine, with the children they reaped
+/// (connections that ended), µs.
+pub fn postgres_cpu_micros() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut total = 0;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((comm, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if !comm.ends_with("(postgres") {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime, stime, cutime, cstime: fields 14–17, in ticks of 10 ms.
+        total += (11..15)
+            .filter_map(|i| fields.get(i)?.parse::<u64>().ok())
+            .sum::<u64>()
+            * 10_000;
+    }
+    total
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -146,8 +207,8 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-/// Whether a phase is selected by `BENCH_PHASES` (comma-separated: lat, batch, tp, group;
-/// all when unset).
+/// Whether a phase is selected by `BENCH_PHASES` (comma-separated: lat, batch, tp, group,
+/// mega; all when unset).
 pub fn phase(name: &str) -> bool {
     std::env::var("BENCH_PHASES").map_or(true, |p| p.split(',').any(|x| x.trim() == name))
 }
@@ -307,7 +368,27 @@ pub async fn group_fanout(
         per_device.push(r.await.unwrap());
     }
     drop(sink);
+    let (lat, mismatches) = tally(&sent_at, &seqs, &per_device);
+    FanOut {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        max: lat.last().copied().unwrap_or(f64::NAN),
+        messages: sent_at.len(),
+        complete: lat.len(),
+        mismatches,
+        per_node,
+    }
+}
 
+/// A fan-out's sends (clientMsgId, when sent), their acked seqs and what each device got
+/// (seq, when): per message every device got, the time until the last device had it, ms,
+/// sorted; and the (device, seq) pairs not received exactly once plus the sends never
+/// acked and the notifies of seqs never acked.
+pub fn tally(
+    sent_at: &[(String, Instant)],
+    seqs: &HashMap<String, Option<i64>>,
+    per_device: &[Vec<(i64, Instant)>],
+) -> (Vec<f64>, usize) {
     let sent: HashMap<i64, Instant> = sent_at
         .iter()
         .filter_map(|(cmid, t)| Some((seqs.get(cmid).copied().flatten()?, *t)))
@@ -315,7 +396,7 @@ pub async fn group_fanout(
     let mut mismatches = sent_at.len() - sent.len();
     // Per seq: the latest first arrival over the devices, and on how many it arrived.
     let mut last: HashMap<i64, (Instant, usize)> = HashMap::new();
-    for got in &per_device {
+    for got in per_device {
         let mut count: HashMap<i64, (usize, Instant)> = HashMap::new();
         for &(seq, at) in got {
             count.entry(seq).or_insert((0, at)).0 += 1;
@@ -340,13 +421,5 @@ pub async fn group_fanout(
         }
     }
     lat.sort_by(f64::total_cmp);
-    FanOut {
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or(f64::NAN),
-        messages: sent_at.len(),
-        complete: lat.len(),
-        mismatches,
-        per_node,
-    }
+    (lat, mismatches)
 }

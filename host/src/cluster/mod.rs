@@ -538,9 +538,9 @@ impl Delivery for Cluster {
         if pushes.is_empty() {
             return;
         }
+        self.hub.push_batch(&pushes);
         let mut round = Vec::with_capacity(pushes.len());
         for p in pushes {
-            self.hub.push(&p.users, &p.frame, p.class, p.key, p.except);
             round.push(Outgoing {
                 users: p.users,
                 devices: None,

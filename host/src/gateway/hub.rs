@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::outbox::{Close, Frame, NodeBudget, Outbox, Queued};
 use crate::auth::TokenId;
-use crate::messaging::{Delivery, LatestKey, PRESENCE, Reach, Respond, Which};
+use crate::messaging::{Delivery, LatestKey, PRESENCE, Push, Reach, Respond, Which};
 use crate::plugins::Delivery as Class;
 
 pub struct Device {
@@ -185,6 +185,55 @@ impl Hub {
         load
     }
 
+    /// Every push of one commit (or one bus message), in order; each device's task is
+    /// woken once after all are queued, however many of them it got.
+    pub fn push_batch(&self, pushes: &[Push]) {
+        let mut wake = Vec::new();
+        for p in pushes {
+            self.queue(&p.users, &p.frame, p.class, p.key, p.except, &mut wake);
+        }
+        for d in wake {
+            d.outbox.wake();
+        }
+    }
+
+    /// Queues `frame` for every online device of `users`, except the session `except`;
+    /// the devices whose task must be woken go to `wake`.
+    fn queue(
+        &self,
+        users: &[String],
+        frame: &Utf8Bytes,
+        class: Class,
+        key: Option<LatestKey>,
+        except: u64,
+        wake: &mut Vec<Arc<Device>>,
+    ) -> Reach {
+        let mut reach = Reach::default();
+        // Counted once toward the node's budget, however many devices it waits for.
+        let frame = Frame::new(frame.clone(), &self.budget);
+        let presence = key.is_some_and(|k| k.2 == PRESENCE);
+        for user in users {
+            let shard = self.shard(user).lock().expect("hub lock");
+            let Some(list) = shard.get(user) else {
+                continue;
+            };
+            for d in list
+                .iter()
+                .filter(|d| d.session != except && (d.presence || !presence))
+            {
+                let (queued, woken) = d.outbox.queue(frame.clone(), class, key);
+                match queued {
+                    Queued::Yes | Queued::Coalesced => reach.queued += 1,
+                    Queued::Dropped | Queued::Overflow | Queued::Closed => reach.dropped += 1,
+                }
+                if woken {
+                    wake.push(d.clone());
+                }
+            }
+        }
+        reach
+    }
+
     /// Whether `user_id` has a device connected to this node.
     pub fn has(&self, user_id: &str) -> bool {
         self.shard(user_id)
@@ -217,26 +266,17 @@ impl Delivery for Hub {
         key: Option<LatestKey>,
         except: u64,
     ) -> Reach {
-        let mut reach = Reach::default();
-        // Counted once toward the node's budget, however many devices it waits for.
-        let frame = Frame::new(frame.clone(), &self.budget);
-        let presence = key.is_some_and(|k| k.2 == PRESENCE);
-        for user in users {
-            let shard = self.shard(user).lock().expect("hub lock");
-            let Some(list) = shard.get(user) else {
-                continue;
-            };
-            for d in list
-                .iter()
-                .filter(|d| d.session != except && (d.presence || !presence))
-            {
-                match d.outbox.push(frame.clone(), class, key) {
-                    Queued::Yes | Queued::Coalesced => reach.queued += 1,
-                    Queued::Dropped | Queued::Overflow | Queued::Closed => reach.dropped += 1,
-                }
-            }
+        let mut wake = Vec::new();
+        let reach = self.queue(users, frame, class, key, except, &mut wake);
+        for d in wake {
+            d.outbox.wake();
         }
         reach
+    }
+
+    /// Every push of one commit, each device's task woken once after all are queued.
+    fn push_all(&self, pushes: Vec<Push>) {
+        self.push_batch(&pushes);
     }
 
     fn push_devices(

@@ -155,10 +155,21 @@ impl Outbox {
 
     /// Queues a push of the given delivery class.
     pub fn push(&self, frame: Frame, class: Delivery, key: Option<LatestKey>) -> Queued {
+        let (queued, wake) = self.queue(frame, class, key);
+        if wake {
+            self.wake();
+        }
+        queued
+    }
+
+    /// Queues a push without waking the connection's task, and says whether it must be
+    /// woken (`wake`): only when the queue was empty before, since a queue with frames in
+    /// it has a wake-up on its way already. Many pushes of one commit wake each task once.
+    pub fn queue(&self, frame: Frame, class: Delivery, key: Option<LatestKey>) -> (Queued, bool) {
         let len = frame.len();
         let mut s = self.state.lock().expect("outbox lock");
         if s.closing.is_some() {
-            return Queued::Closed;
+            return (Queued::Closed, false);
         }
         let node_over = self.budget.over();
         let queued = match (class, key) {
@@ -174,7 +185,7 @@ impl Outbox {
                     None if node_over || s.held() + len > self.byte_limit * 3 / 4 => {
                         s.dropped += 1;
                         crate::telemetry::outbox_dropped(class);
-                        return Queued::Dropped;
+                        return (Queued::Dropped, false);
                     }
                     None if s.latest >= LATEST_MAX => {
                         if let Some(i) = s.frames.iter().position(|(k, _)| k.is_some()) {
@@ -197,7 +208,7 @@ impl Outbox {
                 {
                     s.dropped += 1;
                     crate::telemetry::outbox_dropped(class);
-                    return Queued::Dropped;
+                    return (Queued::Dropped, false);
                 }
                 Queued::Yes
             }
@@ -214,17 +225,21 @@ impl Outbox {
                     s.queued_bytes = 0;
                     drop(s);
                     self.ready.notify_one();
-                    return Queued::Overflow;
+                    return (Queued::Overflow, false);
                 }
                 Queued::Yes
             }
         };
+        let wake = s.frames.is_empty();
         s.queued_bytes += len;
         s.frames
             .push_back((key.filter(|_| class == Delivery::Latest), frame));
-        drop(s);
+        (queued, wake)
+    }
+
+    /// Wakes the connection's task to write what is queued.
+    pub fn wake(&self) {
         self.ready.notify_one();
-        queued
     }
 
     /// Asks the connection to close (after what is queued, for a kick).

@@ -11,9 +11,9 @@ use sqlx::AnyConnection;
 use super::rules::{SendView, may_send};
 use crate::protocol::Refused;
 use crate::store::batch::{
-    BatchError, Head, Members, Pair, Pending, RecipientCache, Stored, acc_at, committing,
-    create_pairs, find_pairs, find_stored, flush, lock_heads, pair, read_position, recall_target,
-    recalled_counting, update_heads, upsert_read_positions,
+    BatchError, Found, Head, Members, Pair, Pending, RecipientCache, Stored, acc_at, committing,
+    complete, create_pairs, lock_first, pair, read_position, recall_target, recalled_counting,
+    write,
 };
 use crate::store::social::blocked_pairs;
 use crate::store::sync::unread;
@@ -124,7 +124,7 @@ pub async fn commit(
     ctx: &BatchContext<'_>,
 ) -> Result<Vec<Outcome>, BatchError> {
     let attempt = async {
-        let mut tx = store.write().begin().await?;
+        let mut tx = store.begin_batch().await?;
         let outcomes = run(store.dialect(), &mut tx, ops, ctx).await?;
         tx.commit().await.map_err(committing)?;
         Ok(outcomes)
@@ -145,14 +145,8 @@ struct Targets {
 }
 
 impl Targets {
-    /// Private conversations named by peer: looked up; a first message creates its
-    /// conversation unless the peer blocks the sender (then it creates nothing).
-    async fn resolve(
-        d: Dialect,
-        conn: &mut AnyConnection,
-        ops: &[Op],
-        now: i64,
-    ) -> Result<Targets, BatchError> {
+    /// The pairs a batch's sends name by peer, as `(peer, sender)`.
+    fn wanted(ops: &[Op]) -> Vec<(String, String)> {
         let mut by_peer: Vec<(String, String)> = ops
             .iter()
             .filter_map(|op| match op {
@@ -165,10 +159,19 @@ impl Targets {
             .collect();
         by_peer.sort();
         by_peer.dedup();
-        let mut pairs: Vec<Pair> = by_peer.iter().map(|(p, s)| pair(s, p)).collect();
-        pairs.sort();
-        pairs.dedup();
-        let mut by_pair = find_pairs(d, conn, &pairs).await?;
+        by_peer
+    }
+
+    /// Private conversations named by peer: those `found` by the batch's first statement;
+    /// a first message creates its conversation unless the peer blocks the sender (then it
+    /// creates nothing).
+    async fn resolve(
+        d: Dialect,
+        conn: &mut AnyConnection,
+        by_peer: Vec<(String, String)>,
+        mut by_pair: HashMap<Pair, i64>,
+        now: i64,
+    ) -> Result<Targets, BatchError> {
         let first: Vec<(String, String)> = by_peer
             .into_iter()
             .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
@@ -212,30 +215,62 @@ impl Targets {
     }
 }
 
-/// The head rows (locked) and the members of every conversation a batch touches: its
-/// sends' and reads', and its resends' (to push the original again).
+/// The head rows (locked) and the members of every conversation a batch touches — its
+/// sends' and reads', and its resends' (to push the original again) — with the private
+/// conversations its sends name by peer and the resends already stored. One statement
+/// when every private conversation exists and every resend is of a conversation the batch
+/// names; a first message or another resend locks its conversation after (a second writer
+/// meeting that order the other way round deadlocks, and the batch runs again).
 async fn lock_touched(
     d: Dialect,
     conn: &mut AnyConnection,
     ops: &[Op],
-    targets: &Targets,
-    stored_before: &HashMap<(String, String), (Arc<Stored>, bool)>,
-    recipients: &RecipientCache,
-) -> Result<(HashMap<i64, Head>, HashMap<i64, Members>), BatchError> {
+    ctx: &BatchContext<'_>,
+) -> Result<(Targets, Found), BatchError> {
     let mut ids: Vec<i64> = ops
         .iter()
         .filter_map(|op| match op {
-            Op::Send(m) => targets.conversation_of(m).ok(),
+            Op::Send(m) => match m.target {
+                Target::Conversation(id) => Some(id),
+                Target::Peer(_) => None,
+            },
             Op::Read {
                 conversation_id, ..
             } => Some(*conversation_id),
         })
         .collect();
-    // Resends' conversations too, to push the original again (its first push may have been
-    // lost with a crash between commit and push).
-    ids.extend(stored_before.values().map(|(m, _)| m.conversation_id));
     ids.sort_unstable();
     ids.dedup();
+    let by_peer = Targets::wanted(ops);
+    let mut pairs: Vec<Pair> = by_peer.iter().map(|(p, s)| pair(s, p)).collect();
+    pairs.sort();
+    pairs.dedup();
+    let keys: Vec<(&str, &str)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
+            Op::Read { .. } => None,
+        })
+        .collect();
+    let mut found = lock_first(d, conn, &ids, &pairs, &keys).await?;
+    let targets =
+        Targets::resolve(d, conn, by_peer, std::mem::take(&mut found.pairs), ctx.now).await?;
+    // Conversations created by a first message, and those of resends the batch does not
+    // name otherwise.
+    let mut later: Vec<i64> = targets
+        .by_pair
+        .values()
+        .copied()
+        .chain(found.stored.values().map(|(m, _)| m.conversation_id))
+        .filter(|id| !found.heads.contains_key(id))
+        .collect();
+    later.sort_unstable();
+    later.dedup();
+    if !later.is_empty() {
+        let more = lock_first(d, conn, &later, &[], &[]).await?;
+        found.heads.extend(more.heads);
+        found.members.extend(more.members);
+    }
     let actors: Vec<(i64, &str)> = ops
         .iter()
         .filter_map(|op| match op {
@@ -247,7 +282,16 @@ async fn lock_touched(
             } => Some((*conversation_id, user_id.as_str())),
         })
         .collect();
-    lock_heads(d, conn, &ids, &actors, recipients).await
+    complete(
+        d,
+        conn,
+        &actors,
+        ctx.recipients,
+        &mut found.heads,
+        &mut found.members,
+    )
+    .await?;
+    Ok((targets, found))
 }
 
 async fn run(
@@ -256,24 +300,17 @@ async fn run(
     ops: &[Op],
     ctx: &BatchContext<'_>,
 ) -> Result<Vec<Outcome>, BatchError> {
-    // 1. Private conversations named by peer.
-    let targets = Targets::resolve(d, conn, ops, ctx.now).await?;
+    // 1. The head rows (locked), the private conversations named by peer, the resends
+    // already stored.
+    let (targets, found) = lock_touched(d, conn, ops, ctx).await?;
+    let Found {
+        mut heads,
+        mut members,
+        stored: mut stored_before,
+        ..
+    } = found;
 
-    // 2. Resends already stored.
-    let keys: Vec<(&str, &str)> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
-            Op::Read { .. } => None,
-        })
-        .collect();
-    let mut stored_before = find_stored(d, conn, &keys).await?;
-
-    // 3. Head rows (locked) and members of every conversation touched.
-    let (mut heads, mut members) =
-        lock_touched(d, conn, ops, &targets, &stored_before, ctx.recipients).await?;
-
-    // 4. Each op in order.
+    // 2. Each op in order.
     let mut pending = Pending::default();
     let mut in_batch: HashMap<(String, String), Arc<Stored>> = HashMap::new();
     let mut read_moves: HashMap<(String, i64), (i64, i64)> = HashMap::new();
@@ -339,7 +376,7 @@ async fn run(
                 conversation_id,
                 seq,
             } => {
-                flush(d, conn, &mut pending).await?;
+                flush(d, conn, &mut pending, ctx.now).await?;
                 read(
                     conn,
                     user_id,
@@ -355,11 +392,20 @@ async fn run(
         outcomes.push(outcome);
     }
     stored_before.clear();
-    // 5. The rest of the writes.
-    flush(d, conn, &mut pending).await?;
-    update_heads(d, conn, &heads, ctx.now).await?;
-    upsert_read_positions(d, conn, &read_moves, ctx.now).await?;
+    // 3. The rest of the writes, in one statement.
+    write(d, conn, &mut pending, &heads, &read_moves, ctx.now).await?;
     Ok(outcomes)
+}
+
+/// Writes the batch's messages so far, for a statement that reads them (a read's position,
+/// a recall's target).
+async fn flush(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    pending: &mut Pending,
+    now: i64,
+) -> Result<(), BatchError> {
+    write(d, conn, pending, &HashMap::new(), &HashMap::new(), now).await
 }
 
 /// Whether `m` (a recall) may hide message `target`: the sender's own, not a recall or a
@@ -423,7 +469,7 @@ async fn send(
     }
     if let Some(target) = m.recalls {
         // The recall reads its target: the rows this batch wrote so far go first.
-        flush(d, conn, pending).await?;
+        flush(d, conn, pending, ctx.now).await?;
         if let Err(r) = may_recall(conn, m, conversation_id, target, ctx).await? {
             return Ok(Err(r));
         }

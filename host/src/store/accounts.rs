@@ -1,8 +1,10 @@
 //! Users, their revoked tokens, and the server's own secrets.
 
-use sqlx::Row as _;
+use std::collections::HashSet;
 
-use super::Store;
+use sqlx::{AnyConnection, Row as _};
+
+use super::{Dialect, Store, json, lookup};
 use crate::clock::now_ms;
 
 /// The start of a deleted account's alias (`rename_account`): no one registers an id that
@@ -17,6 +19,32 @@ pub struct AccountRow {
     pub deleted: bool,
     /// Tokens revoked one by one (hex id, expiry in Unix seconds), not yet expired.
     pub revoked: Vec<(String, i64)>,
+}
+
+/// Which of some users exist (and are not deleted), in one statement however many.
+pub async fn existing_users(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    users: &[&str],
+) -> sqlx::Result<HashSet<String>> {
+    if users.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let keys: Vec<[&str; 1]> = users.iter().map(|u| [*u]).collect();
+    let sql = lookup(
+        d,
+        "user_id",
+        "users",
+        &[("user_id", false)],
+        "AND deleted_at IS NULL",
+    );
+    sqlx::query(&sql)
+        .bind(json(&keys))
+        .fetch_all(conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect()
 }
 
 impl Store {

@@ -9,7 +9,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row as _};
 
 use super::batch::Stored;
-use super::{Dialect, Store, placeholders};
+use super::{Dialect, Store, json, lookup};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
@@ -249,7 +249,7 @@ async fn write_group(conn: &mut AnyConnection, g: &Group) -> sqlx::Result<()> {
     Ok(())
 }
 
-/// The membership rows of some users (current or not).
+/// The membership rows of some users (current or not), in one statement however many.
 pub async fn members_in(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -257,20 +257,24 @@ pub async fn members_in(
     users: &[&str],
 ) -> sqlx::Result<HashMap<String, Member>> {
     let mut out = HashMap::new();
-    for chunk in users.chunks(128) {
-        let sql = format!(
-            "SELECT {MEMBER_COLUMNS} FROM members m WHERE m.conversation_id = {} AND m.user_id IN ({})",
-            placeholders(d, 1, 1),
-            placeholders(d, 2, chunk.len())
-        );
-        let mut q = sqlx::query(&sql).bind(conversation_id);
-        for u in chunk {
-            q = q.bind(*u);
-        }
-        for r in q.fetch_all(&mut *conn).await? {
-            let m = member_from(&r, 0)?;
-            out.insert(m.user_id.clone(), m);
-        }
+    if users.is_empty() {
+        return Ok(out);
+    }
+    let keys: Vec<(i64, &str)> = users.iter().map(|u| (conversation_id, *u)).collect();
+    let sql = lookup(
+        d,
+        &MEMBER_COLUMNS.replace("m.", ""),
+        "members",
+        &[("conversation_id", true), ("user_id", false)],
+        "",
+    );
+    for r in sqlx::query(&sql)
+        .bind(json(&keys))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let m = member_from(&r, 0)?;
+        out.insert(m.user_id.clone(), m);
     }
     Ok(out)
 }
@@ -288,6 +292,24 @@ pub async fn current_in(
     .await?
     .iter()
     .map(|r| Ok((r.try_get(0)?, Role::from_i64(r.try_get(1)?))))
+    .collect()
+}
+
+/// The current owner and admins.
+pub async fn admins_in(
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query(
+        "SELECT user_id FROM members WHERE conversation_id = $1 AND left_at_seq IS NULL \
+         AND role >= $2",
+    )
+    .bind(conversation_id)
+    .bind(Role::Admin as i64)
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(|r| r.try_get(0))
     .collect()
 }
 
@@ -340,79 +362,74 @@ pub async fn append_system(
     Ok(Arc::new(stored))
 }
 
-/// Opens a membership interval after `joined_after_seq` (closing the user's previous one
-/// into `member_intervals`), and moves their read position there so nothing earlier
-/// counts as unread.
-pub async fn open_membership(
+/// Opens a membership interval after `joined_after_seq` for each of `joining` (distinct
+/// users, each with their role), closing a user's previous one into `member_intervals`, and
+/// moves their read positions there so nothing earlier counts as unread. `previous` holds
+/// their membership rows as read under the head's lock (a user without one never was a
+/// member). Three statements at most, however many join.
+pub async fn open_memberships(
+    d: Dialect,
     conn: &mut AnyConnection,
     head: &Head,
-    user_id: &str,
+    joining: &[(&str, Role)],
+    previous: &HashMap<String, Member>,
     joined_after_seq: i64,
-    role: Role,
     now: i64,
 ) -> sqlx::Result<()> {
-    let previous = sqlx::query(
-        "SELECT joined_after_seq, left_at_seq FROM members WHERE conversation_id = $1 AND user_id = $2",
-    )
-    .bind(head.conversation_id)
-    .bind(user_id)
-    .fetch_optional(&mut *conn)
-    .await?;
-    match previous {
-        Some(r) => {
-            let after: i64 = r.try_get(0)?;
-            // An empty interval (a channel left before anything was posted) is not kept.
-            if let Some(left) = r.try_get::<Option<i64>, _>(1)?
-                && left > after
-            {
-                sqlx::query(
-                    "INSERT INTO member_intervals (conversation_id, user_id, joined_after_seq, left_at_seq) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT (conversation_id, user_id, joined_after_seq) \
-                     DO UPDATE SET left_at_seq = excluded.left_at_seq \
-                     WHERE excluded.left_at_seq > member_intervals.left_at_seq",
-                )
-                .bind(head.conversation_id)
-                .bind(user_id)
-                .bind(after)
-                .bind(left)
-                .execute(&mut *conn)
-                .await?;
-            }
-            sqlx::query(
-                "UPDATE members SET joined_after_seq = $1, left_at_seq = NULL, role = $2, \
-                 muted_until = 0, state = 0, joined_at = $3 WHERE conversation_id = $4 AND user_id = $5",
-            )
-            .bind(joined_after_seq)
-            .bind(role as i64)
-            .bind(now)
-            .bind(head.conversation_id)
-            .bind(user_id)
-            .execute(&mut *conn)
-            .await?;
-        }
-        None => {
-            sqlx::query(
-                "INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, joined_at, role) \
-                 VALUES ($1, $2, $3, NULL, $4, $5)",
-            )
-            .bind(head.conversation_id)
-            .bind(user_id)
-            .bind(joined_after_seq)
-            .bind(now)
-            .bind(role as i64)
-            .execute(&mut *conn)
-            .await?;
-        }
+    if joining.is_empty() {
+        return Ok(());
     }
+    // An empty interval (a channel left before anything was posted) is not kept.
+    let closed: Vec<(&str, i64, i64)> = joining
+        .iter()
+        .filter_map(|(u, _)| {
+            let m = previous.get(*u)?;
+            let left = m.left_at_seq.filter(|&left| left > m.joined_after_seq)?;
+            Some((*u, m.joined_after_seq, left))
+        })
+        .collect();
+    if !closed.is_empty() {
+        let (values, from) = elements(d, "$2", &[false, true, true]);
+        sqlx::query(&format!(
+            "INSERT INTO member_intervals (conversation_id, user_id, joined_after_seq, left_at_seq) \
+             SELECT $1, {values} FROM {from} WHERE true \
+             ON CONFLICT (conversation_id, user_id, joined_after_seq) \
+             DO UPDATE SET left_at_seq = excluded.left_at_seq \
+             WHERE excluded.left_at_seq > member_intervals.left_at_seq"
+        ))
+        .bind(head.conversation_id)
+        .bind(json(&closed))
+        .execute(&mut *conn)
+        .await?;
+    }
+    // A new row, or the previous one reopened as a new membership.
+    let roles: Vec<(&str, i64)> = joining.iter().map(|(u, r)| (*u, *r as i64)).collect();
+    let (values, from) = elements(d, "$2", &[false, true]);
+    sqlx::query(&format!(
+        "INSERT INTO members (conversation_id, user_id, role, joined_after_seq, joined_at) \
+         SELECT $1, {values}, $3, $4 FROM {from} WHERE true \
+         ON CONFLICT (conversation_id, user_id) DO UPDATE SET \
+         joined_after_seq = excluded.joined_after_seq, left_at_seq = NULL, role = excluded.role, \
+         muted_until = 0, state = 0, joined_at = excluded.joined_at"
+    ))
+    .bind(head.conversation_id)
+    .bind(json(&roles))
+    .bind(joined_after_seq)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
     // Read up to the head: tips do not count, so the running count there is the one at
     // the join.
-    sqlx::query(
+    let users: Vec<[&str; 1]> = joining.iter().map(|(u, _)| [*u]).collect();
+    let (values, from) = elements(d, "$1", &[false]);
+    sqlx::query(&format!(
         "INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+         SELECT {values}, $2, $3, $4, $5 FROM {from} WHERE true \
+         ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
          read_seq = excluded.read_seq, read_acc = excluded.read_acc, updated_at = excluded.updated_at \
-         WHERE excluded.read_seq > read_positions.read_seq",
-    )
-    .bind(user_id)
+         WHERE excluded.read_seq > read_positions.read_seq"
+    ))
+    .bind(json(&users))
     .bind(head.conversation_id)
     .bind(head.last_seq)
     .bind(head.unread_acc)
@@ -420,6 +437,25 @@ pub async fn open_membership(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// For an `INSERT … SELECT` of the tuples of the JSON array `arg` (`[[a, b], …]`): their
+/// values as columns (`true` for an integer one) and the `FROM` that yields them.
+fn elements(d: Dialect, arg: &str, ints: &[bool]) -> (String, String) {
+    let columns: Vec<String> = ints
+        .iter()
+        .enumerate()
+        .map(|(i, int)| match (d, int) {
+            (Dialect::Postgres, true) => format!("CAST(e->>{i} AS BIGINT)"),
+            (Dialect::Postgres, false) => format!("e->>{i}"),
+            (Dialect::Sqlite, _) => format!("e.value->>{i}"),
+        })
+        .collect();
+    let from = match d {
+        Dialect::Postgres => format!("jsonb_array_elements(CAST({arg} AS jsonb)) e"),
+        Dialect::Sqlite => format!("json_each({arg}) e"),
+    };
+    (columns.join(", "), from)
 }
 
 /// Closes a current membership at `left_at_seq` (the member still sees that seq).
@@ -524,6 +560,36 @@ pub async fn join_request(
     .await?
     .map(|r| join_request_from(&r))
     .transpose()
+}
+
+/// The pending join requests of some users, in one statement however many.
+pub async fn pending_join_requests_of(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    conversation_id: i64,
+    users: &[&str],
+) -> sqlx::Result<HashMap<String, JoinRequest>> {
+    let mut out = HashMap::new();
+    if users.is_empty() {
+        return Ok(out);
+    }
+    let keys: Vec<(i64, &str)> = users.iter().map(|u| (conversation_id, *u)).collect();
+    let sql = lookup(
+        d,
+        "request_id, user_id, message, state, created_at",
+        "group_join_requests",
+        &[("conversation_id", true), ("user_id", false)],
+        "AND state = 0",
+    );
+    for r in sqlx::query(&sql)
+        .bind(json(&keys))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let r = join_request_from(&r)?;
+        out.insert(r.user_id.clone(), r);
+    }
+    Ok(out)
 }
 
 fn join_request_from(r: &AnyRow) -> sqlx::Result<JoinRequest> {
@@ -648,38 +714,66 @@ impl Store {
         pending_join_requests_in(&mut conn, conversation_id).await
     }
 
-    /// For each seq: of the current members who were members when it was sent (other
-    /// than its sender), how many have read it.
+    /// For each seq: of the current members whose membership began before it (other than
+    /// its sender), how many have read it. Two statements however many seqs are asked: the
+    /// senders, then one pass over the current members with their read positions; the
+    /// counting is done here.
     pub async fn receipts(&self, conversation_id: i64, seqs: &[i64]) -> sqlx::Result<Vec<Receipt>> {
+        let d = self.dialect();
         let mut conn = self.read().acquire().await?;
-        let mut out = Vec::with_capacity(seqs.len());
-        for &seq in seqs {
-            let sender = sqlx::query(
-                "SELECT sender_id FROM messages WHERE conversation_id = $1 AND seq = $2",
-            )
-            .bind(conversation_id)
-            .bind(seq)
-            .fetch_optional(&mut *conn)
-            .await?;
-            let Some(sender) = sender else {
-                out.push(None);
-                continue;
-            };
-            let sender: String = sender.try_get(0)?;
-            let row = sqlx::query(
-                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN COALESCE(rp.read_seq, 0) >= $1 THEN 1 ELSE 0 END), 0) \
-                 FROM members m LEFT JOIN read_positions rp \
-                 ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
-                 WHERE m.conversation_id = $2 AND m.left_at_seq IS NULL \
-                 AND m.joined_after_seq < $1 AND m.user_id <> $3",
-            )
-            .bind(seq)
-            .bind(conversation_id)
-            .bind(sender.as_str())
-            .fetch_one(&mut *conn)
-            .await?;
-            out.push(Some((seq, row.try_get(1)?, row.try_get(0)?)));
+        let keys: Vec<(i64, i64)> = seqs.iter().map(|&seq| (conversation_id, seq)).collect();
+        let sql = lookup(
+            d,
+            "seq, sender_id",
+            "messages",
+            &[("conversation_id", true), ("seq", true)],
+            "",
+        );
+        let mut senders: HashMap<i64, String> = HashMap::new();
+        for r in sqlx::query(&sql)
+            .bind(json(&keys))
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            senders.insert(r.try_get(0)?, r.try_get(1)?);
         }
-        Ok(out)
+        let Some(&latest) = senders.keys().max() else {
+            return Ok(vec![None; seqs.len()]);
+        };
+        // (user, joined_after_seq, read_seq) of everyone counted for at least one seq.
+        let members: Vec<(String, i64, i64)> = sqlx::query(
+            "SELECT m.user_id, m.joined_after_seq, COALESCE(rp.read_seq, 0) \
+             FROM members m LEFT JOIN read_positions rp \
+             ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+             WHERE m.conversation_id = $1 AND m.left_at_seq IS NULL AND m.joined_after_seq < $2",
+        )
+        .bind(conversation_id)
+        .bind(latest)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<sqlx::Result<_>>()?;
+        Ok(seqs
+            .iter()
+            .map(|&seq| {
+                let sender = senders.get(&seq)?;
+                let (read, of) = receipt(&members, seq, sender);
+                Some((seq, read, of))
+            })
+            .collect())
     }
+}
+
+/// `(read, of)` of the message at `seq` sent by `sender`, over the current members'
+/// `(user, joined_after_seq, read_seq)`.
+fn receipt(members: &[(String, i64, i64)], seq: i64, sender: &str) -> (i64, i64) {
+    let (mut read, mut of) = (0, 0);
+    for (user, after, read_seq) in members {
+        if *after < seq && user != sender {
+            of += 1;
+            read += i64::from(*read_seq >= seq);
+        }
+    }
+    (read, of)
 }

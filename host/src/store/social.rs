@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row as _};
 
-use super::{Dialect, Store, shaped_chunks, tuples};
+use super::{Dialect, Store, json, lookup, shaped_chunks};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestState {
@@ -91,19 +91,20 @@ pub async fn blocked_pairs(
     conn: &mut AnyConnection,
     pairs: &[(String, String)],
 ) -> sqlx::Result<HashSet<(String, String)>> {
+    let sql = lookup(
+        d,
+        "blocker, blocked",
+        "blocks",
+        &[("blocker", false), ("blocked", false)],
+        "AND active = 1",
+    );
     let mut found = HashSet::new();
-    for chunk in shaped_chunks(pairs) {
-        let sql = format!(
-            "SELECT blocker, blocked FROM blocks WHERE active = 1 AND (blocker, blocked) IN (VALUES {})",
-            tuples(d, chunk.len(), 2)
-        );
-        let mut q = sqlx::query(&sql);
-        for (a, b) in chunk {
-            q = q.bind(a.as_str()).bind(b.as_str());
-        }
-        for row in q.fetch_all(&mut *conn).await? {
-            found.insert((row.try_get(0)?, row.try_get(1)?));
-        }
+    for row in sqlx::query(&sql)
+        .bind(json(pairs))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        found.insert((row.try_get(0)?, row.try_get(1)?));
     }
     Ok(found)
 }

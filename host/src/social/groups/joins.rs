@@ -143,12 +143,7 @@ impl Core {
         tx: &mut AnyConnection,
         id: i64,
     ) -> Result<Vec<String>, OpError> {
-        Ok(q::current_in(tx, id)
-            .await?
-            .into_iter()
-            .filter(|(_, role)| *role >= Role::Admin)
-            .map(|(u, _)| u)
-            .collect())
+        Ok(q::admins_in(tx, id).await?)
     }
 
     /// `group.joinRequest` to the requester, the owner and the admins.

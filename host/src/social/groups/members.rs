@@ -1,5 +1,7 @@
 //! Who is in a group: adding members, kicking, quitting, dissolving.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::json;
 
 use super::{GROUP_KICK, GROUP_UPDATE, Locked, denied, group_full};
@@ -8,17 +10,19 @@ use crate::messaging::Core;
 use crate::protocol::Refused;
 use crate::protocol::{Code, Error};
 use crate::social::{Change, OpError};
+use crate::store::accounts::existing_users;
 use crate::store::groups::{self as q, JoinState, Member, MemberState, Role};
-use crate::store::social::user_exists;
 
 impl Core {
-    /// Adds users (or one user joining by themselves when `actor` is in `users`).
+    /// Adds users (or one user joining by themselves when `actor` is in `users`), distinct
+    /// and not current members; `previous` holds their membership rows read under the lock.
     async fn admit(
         &self,
         c: &mut Change,
         l: &mut Locked,
         operator: &str,
         users: &[String],
+        previous: &HashMap<String, Member>,
         event: &str,
     ) -> Result<Option<std::sync::Arc<crate::protocol::Stored>>, OpError> {
         let now = c.now;
@@ -34,8 +38,10 @@ impl Core {
         let after = l.head.last_seq - i64::from(tip.is_some());
         let refs: Vec<&str> = users.iter().map(String::as_str).collect();
         c.lock_streams(&refs).await?;
+        let joining: Vec<(&str, Role)> = refs.iter().map(|u| (*u, Role::Member)).collect();
+        let d = self.store.dialect();
+        q::open_memberships(d, &mut c.tx, &l.head, &joining, previous, after, now).await?;
         for user in users {
-            q::open_membership(&mut c.tx, &l.head, user, after, Role::Member, now).await?;
             c.streams.append(
                 user,
                 "group.joined",
@@ -62,7 +68,12 @@ impl Core {
         user: &str,
     ) -> Result<(), OpError> {
         let users = [user.to_string()];
-        if let Some(tip) = self.admit(c, l, operator, &users, "joined").await? {
+        let d = self.store.dialect();
+        let previous = q::members_in(d, &mut c.tx, l.head.conversation_id, &[user]).await?;
+        if let Some(tip) = self
+            .admit(c, l, operator, &users, &previous, "joined")
+            .await?
+        {
             let id = l.head.conversation_id;
             let recipients = self.tip_recipients(&mut c.tx, id, &[]).await?;
             c.fx.tips.push((tip, recipients));
@@ -99,14 +110,16 @@ impl Core {
                 let refs: Vec<&str> = users.iter().map(String::as_str).collect();
                 let rows = q::members_in(d, &mut c.tx, id, &refs).await?;
                 let mut new: Vec<String> = Vec::new();
+                let mut seen = HashSet::new();
                 for u in users {
-                    if rows.get(u).is_some_and(Member::is_current) || new.contains(u) {
-                        continue;
+                    if !rows.get(u).is_some_and(Member::is_current) && seen.insert(u.as_str()) {
+                        new.push(u.clone());
                     }
-                    if !user_exists(&mut c.tx, u).await? {
-                        return Err(Refused::UserNotFound(u.clone()).into());
-                    }
-                    new.push(u.clone());
+                }
+                let named: Vec<&str> = new.iter().map(String::as_str).collect();
+                let known = existing_users(d, &mut c.tx, &named).await?;
+                if let Some(u) = new.iter().find(|u| !known.contains(*u)) {
+                    return Err(Refused::UserNotFound(u.clone()).into());
                 }
                 if new.is_empty() {
                     return Err(Error::new(
@@ -121,16 +134,17 @@ impl Core {
                 let refs: Vec<&str> = affected.iter().map(String::as_str).collect();
                 c.lock_streams(&refs).await?;
                 let tip = self
-                    .admit(&mut c, &mut l, actor, &new, "membersAdded")
+                    .admit(&mut c, &mut l, actor, &new, &rows, "membersAdded")
                     .await?;
                 // An owner or admin adding someone who asked to join answers their request.
+                let mut pending = if l.me.role >= Role::Admin {
+                    let named: Vec<&str> = new.iter().map(String::as_str).collect();
+                    q::pending_join_requests_of(d, &mut c.tx, id, &named).await?
+                } else {
+                    HashMap::new()
+                };
                 for u in &new {
-                    if l.me.role < Role::Admin {
-                        break;
-                    }
-                    if let Some(r) = q::join_request(&mut c.tx, id, u).await?
-                        && r.state == JoinState::Pending
-                    {
+                    if let Some(r) = pending.remove(u) {
                         let r = q::JoinRequest {
                             state: JoinState::Approved,
                             ..r

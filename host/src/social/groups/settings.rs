@@ -1,6 +1,8 @@
 //! Creating a group or channel, and changing its settings (name, notice, avatar,
 //! mute-all, join policy).
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
 use super::{GROUP_UPDATE, GroupPatch, NewGroup, denied, group_full, info, join_policy};
@@ -9,8 +11,8 @@ use crate::messaging::Core;
 use crate::protocol::Error;
 use crate::protocol::Refused;
 use crate::social::value;
+use crate::store::accounts::existing_users;
 use crate::store::groups::{self as q, Group, Role, append_system};
-use crate::store::social::user_exists;
 
 impl Core {
     /// What a creation asks for, checked: its other members (sorted, without the owner) and
@@ -53,10 +55,11 @@ impl Core {
         self.change(|mut c| {
             Box::pin(async move {
                 let now = c.now;
-                for m in members {
-                    if !user_exists(&mut c.tx, m).await? {
-                        return Err(Refused::UserNotFound(m.clone()).into());
-                    }
+                let d = self.store.dialect();
+                let named: Vec<&str> = members.iter().map(String::as_str).collect();
+                let known = existing_users(d, &mut c.tx, &named).await?;
+                if let Some(m) = members.iter().find(|m| !known.contains(*m)) {
+                    return Err(Refused::UserNotFound(m.clone()).into());
                 }
                 let payload = created_tip(owner, spec, members, policy);
                 // Checked before anything is written: the plugin normalizes the settings.
@@ -93,13 +96,18 @@ impl Core {
                 let mut everyone: Vec<&str> = vec![owner];
                 everyone.extend(members.iter().map(String::as_str));
                 c.lock_streams(&everyone).await?;
-                for user in &everyone {
-                    let role = if *user == owner {
+                let role = |user: &str| {
+                    if user == owner {
                         Role::Owner
                     } else {
                         Role::Member
-                    };
-                    q::open_membership(&mut c.tx, &head, user, 0, role, now).await?;
+                    }
+                };
+                let joining: Vec<(&str, Role)> = everyone.iter().map(|u| (*u, role(u))).collect();
+                // A new conversation: nobody was a member before.
+                q::open_memberships(d, &mut c.tx, &head, &joining, &HashMap::new(), 0, now).await?;
+                for user in &everyone {
+                    let role = role(user);
                     c.streams.append(
                         user,
                         "group.joined",

@@ -1,4 +1,4 @@
-//! The head rows a batch locks (with the membership rows it needs) and the heads it moves.
+//! The head rows a batch locks, with the membership rows it needs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -6,85 +6,164 @@ use std::sync::Arc;
 use sqlx::{AnyConnection, Row as _};
 
 use super::MEMBER_DELETED;
-use super::{BatchError, Head, Members, RecipientCache};
-use crate::store::{Dialect, placeholders, shaped_chunks, tuples};
+use super::{BatchError, Head, Members, Pair, RecipientCache, Stored};
+use crate::store::{Dialect, json, lookup};
 
-/// Locks the head rows of `ids` (in id order, so two writers never deadlock) and reads
-/// them with the membership rows that matter: every member of a private conversation; of a
-/// group, the rows of `actors` (its senders and readers in this batch) and the current
-/// members, from the cache when the group's version has not moved.
-pub async fn lock_heads(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    ids: &[i64],
-    actors: &[(i64, &str)],
-    cache: &RecipientCache,
-) -> Result<(HashMap<i64, Head>, HashMap<i64, Members>), BatchError> {
-    let mut heads = HashMap::new();
-    let mut members: HashMap<i64, Members> = HashMap::new();
-    lock_rows(d, conn, ids, &mut heads, &mut members).await?;
-    // Groups: their settings, read after the lock is held (a statement that waited for
-    // the lock would see the rows it joined as they were before the wait).
-    let versions = group_settings(d, conn, &mut heads).await?;
-    actor_rows(d, conn, actors, &versions, &mut members).await?;
-    group_recipients(conn, &versions, cache, &mut members).await?;
-    Ok((heads, members))
+/// What the first statement of a batch found: the head rows (locked) with the membership
+/// rows of the private ones, the private conversations of the pairs asked for, and the
+/// messages already stored under the `clientMsgId` keys asked for.
+#[derive(Default)]
+pub struct Found {
+    pub heads: HashMap<i64, Head>,
+    pub members: HashMap<i64, Members>,
+    pub pairs: HashMap<Pair, i64>,
+    /// By `(sender, clientMsgId)`: the message, and whether it was recalled since.
+    pub stored: HashMap<(String, String), (Arc<Stored>, bool)>,
 }
 
-/// The head rows, locked in id order, with every membership row of the private ones.
-async fn lock_rows(
+/// The first statement of a batch, one round trip: locks (in id order, so two writers
+/// never deadlock) the head rows of `ids` and of the private conversations of `pairs`,
+/// reads them with every membership row of the private ones and their pair, and finds the
+/// messages already stored under `keys` (resends). Its arguments are JSON arrays, so every
+/// batch runs the same prepared statement whatever its size.
+pub async fn lock_first(
     d: Dialect,
     conn: &mut AnyConnection,
     ids: &[i64],
+    pairs: &[Pair],
+    keys: &[(&str, &str)],
+) -> Result<Found, BatchError> {
+    let sql = match d {
+        // Every lookup is a lateral subquery (`OFFSET 0` keeps it one): an index probe per
+        // row asked for, whatever the planner guesses of a JSON array's length. The heads
+        // are locked one by one in id order.
+        Dialect::Postgres => {
+            "WITH ids AS MATERIALIZED (\
+             SELECT CAST(v AS BIGINT) AS id FROM jsonb_array_elements_text(CAST($1 AS jsonb)) v \
+             UNION SELECT p.conversation_id FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
+             CROSS JOIN LATERAL (SELECT conversation_id FROM private_pairs \
+             WHERE user_lo = e->>0 AND user_hi = e->>1 OFFSET 0) p), \
+             c AS (SELECT h.* FROM (SELECT id FROM ids ORDER BY id) i CROSS JOIN LATERAL \
+             (SELECT conversation_id, conversation_type, last_seq, unread_acc FROM conversations \
+             WHERE conversation_id = i.id FOR UPDATE) h) \
+             SELECT CAST(0 AS BIGINT), c.conversation_id, c.conversation_type, c.last_seq, \
+             c.unread_acc, m.left_at_seq, m.blocks_peer, m.state, m.user_id, pp.user_lo, pp.user_hi \
+             FROM c LEFT JOIN LATERAL (SELECT left_at_seq, blocks_peer, state, user_id FROM members \
+             WHERE members.conversation_id = c.conversation_id AND c.conversation_type = 1 \
+             OFFSET 0) m ON true \
+             LEFT JOIN LATERAL (SELECT user_lo, user_hi FROM private_pairs \
+             WHERE private_pairs.conversation_id = c.conversation_id OFFSET 0) pp ON true \
+             UNION ALL SELECT CAST(1 AS BIGINT), s.* FROM jsonb_array_elements(CAST($3 AS jsonb)) e \
+             CROSS JOIN LATERAL (SELECT m.conversation_id, c.conversation_type, m.seq, m.msg_id, \
+             m.content_type, m.server_time, m.recalled_by, m.sender_id, m.client_msg_id, m.payload \
+             FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
+             WHERE m.sender_id = e->>0 AND m.client_msg_id = e->>1 OFFSET 0) s"
+        }
+        // The single writer connection already excludes every other writer.
+        Dialect::Sqlite => {
+            "SELECT 0, c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
+             m.left_at_seq, m.blocks_peer, m.state, m.user_id, pp.user_lo, pp.user_hi \
+             FROM conversations c \
+             LEFT JOIN members m ON m.conversation_id = c.conversation_id \
+             AND c.conversation_type = 1 \
+             LEFT JOIN private_pairs pp ON pp.conversation_id = c.conversation_id \
+             WHERE c.conversation_id IN (SELECT value FROM json_each($1) \
+             UNION SELECT conversation_id FROM private_pairs WHERE (user_lo, user_hi) IN \
+             (SELECT value->>0, value->>1 FROM json_each($2))) \
+             UNION ALL SELECT 1, m.conversation_id, c.conversation_type, m.seq, m.msg_id, \
+             m.content_type, m.server_time, m.recalled_by, m.sender_id, m.client_msg_id, m.payload \
+             FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
+             WHERE (m.sender_id, m.client_msg_id) IN (SELECT value->>0, value->>1 FROM json_each($3))"
+        }
+    };
+    let rows = sqlx::query(sql)
+        .bind(json(ids))
+        .bind(json(pairs))
+        .bind(json(keys))
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut found = Found::default();
+    for row in rows {
+        let id: i64 = row.try_get(1)?;
+        if row.try_get::<i64, _>(0)? == 1 {
+            let stored = Stored {
+                conversation_id: id,
+                conversation_type: row.try_get::<i64, _>(2)? as u8,
+                seq: row.try_get(3)?,
+                msg_id: row.try_get(4)?,
+                content_type: row.try_get::<i64, _>(5)? as u32,
+                server_time: row.try_get(6)?,
+                sender_id: row.try_get(8)?,
+                payload: row.try_get(10)?,
+            };
+            let recalled = row.try_get::<i64, _>(7)? != 0;
+            let key = (stored.sender_id.clone(), row.try_get(9)?);
+            found.stored.insert(key, (Arc::new(stored), recalled));
+            continue;
+        }
+        found.heads.entry(id).or_insert(Head {
+            conversation_id: id,
+            conversation_type: row.try_get::<i64, _>(2)? as u8,
+            last_seq: row.try_get(3)?,
+            unread_acc: row.try_get(4)?,
+            dirty: false,
+            mute_all: false,
+            dissolved: false,
+        });
+        if let (Some(lo), Some(hi)) = (
+            row.try_get::<Option<String>, _>(9)?,
+            row.try_get::<Option<String>, _>(10)?,
+        ) {
+            found.pairs.insert((lo, hi), id);
+        }
+        let entry = found.members.entry(id).or_default();
+        if let Some(user) = row.try_get::<Option<String>, _>(8)? {
+            let left_at = row.try_get::<Option<i64>, _>(5)?;
+            member_row(entry, user, left_at, row.try_get(6)?, row.try_get(7)?);
+        }
+    }
+    Ok(found)
+}
+
+/// A private conversation's membership row, as the rules see it.
+fn member_row(
+    entry: &mut Members,
+    user: String,
+    left_at: Option<i64>,
+    blocks_peer: Option<i64>,
+    state: Option<i64>,
+) {
+    if left_at.is_none() {
+        entry.current.push(user.clone());
+    }
+    if blocks_peer.unwrap_or(0) != 0 {
+        entry.blockers.push(user.clone());
+    }
+    if state == Some(MEMBER_DELETED) {
+        entry.deleted = Some(user.clone());
+    }
+    entry.any.insert(user, left_at);
+}
+
+/// The membership rows of the groups among `heads`: the rows of `actors` (the batch's
+/// senders and readers) and the current members, from the cache when the group's version
+/// has not moved. Private conversations have theirs already.
+pub async fn complete(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    actors: &[(i64, &str)],
+    cache: &RecipientCache,
     heads: &mut HashMap<i64, Head>,
     members: &mut HashMap<i64, Members>,
 ) -> Result<(), BatchError> {
-    for chunk in shaped_chunks(ids) {
-        let lock = match d {
-            Dialect::Postgres => " FOR UPDATE OF c",
-            // The single writer connection already excludes every other writer.
-            Dialect::Sqlite => "",
-        };
-        let sql = format!(
-            "SELECT c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
-             m.user_id, m.left_at_seq, \
-             m.blocks_peer, m.state \
-             FROM conversations c \
-             LEFT JOIN members m ON m.conversation_id = c.conversation_id AND c.conversation_type = 1 \
-             WHERE c.conversation_id IN ({}) ORDER BY c.conversation_id{lock}",
-            placeholders(d, 1, chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
-        }
-        for row in q.fetch_all(&mut *conn).await? {
-            let id: i64 = row.try_get(0)?;
-            heads.entry(id).or_insert(Head {
-                conversation_id: id,
-                conversation_type: row.try_get::<i64, _>(1)? as u8,
-                last_seq: row.try_get(2)?,
-                unread_acc: row.try_get(3)?,
-                dirty: false,
-                mute_all: false,
-                dissolved: false,
-            });
-            let entry = members.entry(id).or_default();
-            if let Some(user) = row.try_get::<Option<String>, _>(4)? {
-                let left_at = row.try_get::<Option<i64>, _>(5)?;
-                if left_at.is_none() {
-                    entry.current.push(user.clone());
-                }
-                if row.try_get::<Option<i64>, _>(6)?.unwrap_or(0) != 0 {
-                    entry.blockers.push(user.clone());
-                }
-                if row.try_get::<Option<i64>, _>(7)? == Some(MEMBER_DELETED) {
-                    entry.deleted = Some(user.clone());
-                }
-                entry.any.insert(user, left_at);
-            }
-        }
+    if heads.values().all(|h| h.conversation_type < 2) {
+        return Ok(());
     }
+    // Groups: their settings, read after the lock is held (a statement that waited for
+    // the lock would see the rows it joined as they were before the wait).
+    let versions = group_settings(d, conn, heads).await?;
+    actor_rows(d, conn, actors, &versions, members).await?;
+    group_recipients(conn, &versions, cache, members).await?;
     Ok(())
 }
 
@@ -100,24 +179,28 @@ async fn group_settings(
         .filter(|(_, h)| h.conversation_type >= 2)
         .map(|(id, _)| *id)
         .collect();
-    for chunk in shaped_chunks(&groups) {
-        let sql = format!(
-            "SELECT conversation_id, mute_all, state, version FROM group_info \
-             WHERE conversation_id IN ({})",
-            placeholders(d, 1, chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(*id);
+    if groups.is_empty() {
+        return Ok(versions);
+    }
+    let keys: Vec<[i64; 1]> = groups.iter().map(|id| [*id]).collect();
+    let sql = lookup(
+        d,
+        "conversation_id, mute_all, state, version",
+        "group_info",
+        &[("conversation_id", true)],
+        "",
+    );
+    for row in sqlx::query(&sql)
+        .bind(json(&keys))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let id: i64 = row.try_get(0)?;
+        if let Some(h) = heads.get_mut(&id) {
+            h.mute_all = row.try_get::<i64, _>(1)? != 0;
+            h.dissolved = row.try_get::<i64, _>(2)? != 0;
         }
-        for row in q.fetch_all(&mut *conn).await? {
-            let id: i64 = row.try_get(0)?;
-            if let Some(h) = heads.get_mut(&id) {
-                h.mute_all = row.try_get::<i64, _>(1)? != 0;
-                h.dissolved = row.try_get::<i64, _>(2)? != 0;
-            }
-            versions.insert(id, row.try_get(3)?);
-        }
+        versions.insert(id, row.try_get(3)?);
     }
     Ok(versions)
 }
@@ -138,27 +221,30 @@ async fn actor_rows(
         .collect();
     pairs.sort_unstable();
     pairs.dedup();
-    for chunk in shaped_chunks(&pairs) {
-        let sql = format!(
-            "SELECT conversation_id, user_id, left_at_seq, role, muted_until FROM members \
-             WHERE (conversation_id, user_id) IN (VALUES {})",
-            tuples(d, chunk.len(), 2)
-        );
-        let mut q = sqlx::query(&sql);
-        for (id, user) in chunk {
-            q = q.bind(*id).bind(*user);
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    let sql = lookup(
+        d,
+        "conversation_id, user_id, left_at_seq, role, muted_until",
+        "members",
+        &[("conversation_id", true), ("user_id", false)],
+        "",
+    );
+    for row in sqlx::query(&sql)
+        .bind(json(&pairs))
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let entry = members.entry(row.try_get(0)?).or_default();
+        let user: String = row.try_get(1)?;
+        let left_at = row.try_get::<Option<i64>, _>(2)?;
+        if left_at.is_none() {
+            entry
+                .roles
+                .insert(user.clone(), (row.try_get(3)?, row.try_get(4)?));
         }
-        for row in q.fetch_all(&mut *conn).await? {
-            let entry = members.entry(row.try_get(0)?).or_default();
-            let user: String = row.try_get(1)?;
-            let left_at = row.try_get::<Option<i64>, _>(2)?;
-            if left_at.is_none() {
-                entry
-                    .roles
-                    .insert(user.clone(), (row.try_get(3)?, row.try_get(4)?));
-            }
-            entry.any.insert(user, left_at);
-        }
+        entry.any.insert(user, left_at);
     }
     Ok(())
 }
@@ -190,28 +276,6 @@ async fn group_recipients(
             }
         };
         members.entry(id).or_default().current_arc = Some(current);
-    }
-    Ok(())
-}
-
-pub async fn update_heads(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    heads: &HashMap<i64, Head>,
-    now: i64,
-) -> Result<(), BatchError> {
-    let dirty: Vec<(&i64, &Head)> = heads.iter().filter(|(_, h)| h.dirty).collect();
-    for chunk in shaped_chunks(&dirty) {
-        let sql = format!(
-            "UPDATE conversations SET last_seq = v.column2, unread_acc = v.column3, last_time = v.column4 \
-             FROM (VALUES {}) AS v WHERE conversations.conversation_id = v.column1",
-            tuples(d, chunk.len(), 4)
-        );
-        let mut q = sqlx::query(&sql);
-        for (id, h) in chunk {
-            q = q.bind(**id).bind(h.last_seq).bind(h.unread_acc).bind(now);
-        }
-        q.execute(&mut *conn).await?;
     }
     Ok(())
 }

@@ -1,87 +1,70 @@
-//! The messages of a batch: resends found by `clientMsgId`, new rows written, recalls
-//! marked.
+//! The writes of a batch (new messages, moved heads and read positions, recall marks) and
+//! the message a recall reads.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use sqlx::{AnyConnection, Row as _};
 
-use super::{BatchError, Pending, Stored, classify};
-use crate::store::{Dialect, shaped_chunks, tuples};
-use sqlx::any::AnyRow;
+use super::{BatchError, Head, Pending, classify};
+use crate::store::{Dialect, json};
 
-fn stored_from(row: &AnyRow) -> sqlx::Result<Stored> {
-    Ok(Stored {
-        conversation_id: row.try_get(2)?,
-        conversation_type: row.try_get::<i64, _>(3)? as u8,
-        seq: row.try_get(4)?,
-        msg_id: row.try_get(5)?,
-        sender_id: row.try_get(0)?,
-        content_type: row.try_get::<i64, _>(6)? as u32,
-        payload: row.try_get(7)?,
-        server_time: row.try_get(8)?,
-    })
-}
-
-/// The messages already stored under `(sender, clientMsgId)` keys, and whether each was
-/// recalled since.
-pub async fn find_stored(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    keys: &[(&str, &str)],
-) -> Result<HashMap<(String, String), (Arc<Stored>, bool)>, BatchError> {
-    let mut found = HashMap::new();
-    for chunk in shaped_chunks(keys) {
-        let sql = format!(
-            "SELECT m.sender_id, m.client_msg_id, m.conversation_id, c.conversation_type, m.seq, \
-             m.msg_id, m.content_type, m.payload, m.server_time, m.recalled_by \
-             FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
-             WHERE (m.sender_id, m.client_msg_id) IN (VALUES {})",
-            tuples(d, chunk.len(), 2)
-        );
-        let mut q = sqlx::query(&sql);
-        for (s, c) in chunk {
-            q = q.bind(*s).bind(*c);
-        }
-        for row in q.fetch_all(&mut *conn).await? {
-            let recalled = row.try_get::<i64, _>(9)? != 0;
-            found.insert(
-                (row.try_get(0)?, row.try_get(1)?),
-                (Arc::new(stored_from(&row)?), recalled),
-            );
-        }
-    }
-    Ok(found)
-}
-
-/// Writes the messages and recall marks collected so far, so the statements that follow
-/// in this transaction see them.
-pub async fn flush(
+/// Writes what a batch decided so far in one statement (one round trip): the new messages
+/// of `pending`, the moved heads among `heads`, the read positions of `moves` (they only
+/// move forward); then the recall marks of `pending`. Its arguments are JSON arrays, so
+/// every batch runs the same prepared statement whatever its size.
+pub async fn write(
     d: Dialect,
     conn: &mut AnyConnection,
     pending: &mut Pending,
+    heads: &HashMap<i64, Head>,
+    moves: &HashMap<(String, i64), (i64, i64)>,
+    now: i64,
 ) -> Result<(), BatchError> {
-    for chunk in shaped_chunks(&pending.messages) {
-        let sql = format!(
-            "INSERT INTO messages (conversation_id, seq, msg_id, sender_id, client_msg_id, \
-             content_type, payload, server_time, counts_unread, unread_acc) VALUES {}",
-            tuples(d, chunk.len(), 10)
-        );
-        let mut q = sqlx::query(&sql);
-        for (m, client_msg_id, counts, acc) in chunk {
-            q = q
-                .bind(m.conversation_id)
-                .bind(m.seq)
-                .bind(m.msg_id)
-                .bind(m.sender_id.as_str())
-                .bind(client_msg_id.as_str())
-                .bind(i64::from(m.content_type))
-                .bind(m.payload.as_str())
-                .bind(m.server_time)
-                .bind(i64::from(*counts))
-                .bind(*acc);
-        }
-        q.execute(&mut *conn).await.map_err(classify)?;
+    let messages: Vec<_> = pending
+        .messages
+        .iter()
+        .map(|(m, client_msg_id, counts, acc)| {
+            (
+                m.conversation_id,
+                m.seq,
+                m.msg_id,
+                m.sender_id.as_str(),
+                client_msg_id.as_str(),
+                m.content_type,
+                m.payload.as_str(),
+                m.server_time,
+                i64::from(*counts),
+                *acc,
+            )
+        })
+        .collect();
+    let heads: Vec<_> = heads
+        .values()
+        .filter(|h| h.dirty)
+        .map(|h| (h.conversation_id, h.last_seq, h.unread_acc))
+        .collect();
+    let moves: Vec<_> = moves
+        .iter()
+        .map(|((user, conversation), (seq, acc))| (user.as_str(), *conversation, *seq, *acc))
+        .collect();
+    if !(messages.is_empty() && heads.is_empty() && moves.is_empty()) {
+        sqlx::query(write_sql(d))
+            .bind(json(&messages))
+            .bind(json(&heads))
+            .bind(json(&moves))
+            .bind(now)
+            // PostgreSQL: the heads again as an array, so the update finds them by index.
+            .bind(format!(
+                "{{{}}}",
+                heads
+                    .iter()
+                    .map(|h| h.0.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ))
+            .execute(&mut *conn)
+            .await
+            .map_err(classify)?;
     }
     pending.messages.clear();
     for (conversation_id, target, by) in pending.recalls.drain(..) {
@@ -93,6 +76,48 @@ pub async fn flush(
             .await?;
     }
     Ok(())
+}
+
+/// The statement of `write`: `$1` messages, `$2` heads, `$3` read moves, `$4` now, `$5`
+/// the heads' ids (PostgreSQL).
+fn write_sql(d: Dialect) -> &'static str {
+    match d {
+        // One statement: the inserts and the update run as data-modifying CTEs.
+        Dialect::Postgres => {
+            "WITH new_messages AS (INSERT INTO messages (conversation_id, seq, msg_id, \
+             sender_id, client_msg_id, content_type, payload, server_time, counts_unread, \
+             unread_acc) \
+             SELECT CAST(e->>0 AS BIGINT), CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), e->>3, \
+             e->>4, CAST(e->>5 AS BIGINT), e->>6, CAST(e->>7 AS BIGINT), CAST(e->>8 AS BIGINT), \
+             CAST(e->>9 AS BIGINT) FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
+             moved_heads AS (UPDATE conversations SET last_seq = CAST(e->>1 AS BIGINT), \
+             unread_acc = CAST(e->>2 AS BIGINT), last_time = $4 \
+             FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
+             WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
+             AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[]))) \
+             INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
+             SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), CAST(e->>3 AS BIGINT), $4 \
+             FROM jsonb_array_elements(CAST($3 AS jsonb)) e \
+             ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+             read_seq = excluded.read_seq, read_acc = excluded.read_acc, \
+             updated_at = excluded.updated_at WHERE excluded.read_seq > read_positions.read_seq"
+        }
+        // Three statements in one call: one hand-off to the database's thread.
+        Dialect::Sqlite => {
+            "INSERT INTO messages (conversation_id, seq, msg_id, sender_id, client_msg_id, \
+             content_type, payload, server_time, counts_unread, unread_acc) \
+             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
+             value->>6, value->>7, value->>8, value->>9 FROM json_each($1); \
+             UPDATE conversations SET last_seq = e.value->>1, unread_acc = e.value->>2, \
+             last_time = $4 FROM json_each($2) e \
+             WHERE conversations.conversation_id = e.value->>0; \
+             INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
+             SELECT value->>0, value->>1, value->>2, value->>3, $4 FROM json_each($3) WHERE true \
+             ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+             read_seq = excluded.read_seq, read_acc = excluded.read_acc, \
+             updated_at = excluded.updated_at WHERE excluded.read_seq > read_positions.read_seq"
+        }
+    }
 }
 
 /// What a recall needs to know of its target message.

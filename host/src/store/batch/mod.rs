@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use crate::protocol::Error;
 pub use crate::protocol::{Pair, Stored, pair};
-pub use heads::{lock_heads, update_heads};
-pub use messages::{RecallTarget, find_stored, flush, recall_target};
+pub use heads::{Found, complete, lock_first};
+pub use messages::{RecallTarget, recall_target, write};
 pub use pairs::{create_pairs, find_pairs, resolve_pairs};
-pub use reads::{acc_at, read_position, recalled_counting, upsert_read_positions};
+pub use reads::{acc_at, read_position, recalled_counting};
 
 impl From<BatchError> for Error {
     /// Logged in full; answered `store_unavailable`.

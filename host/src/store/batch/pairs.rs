@@ -6,7 +6,7 @@ use sqlx::{AnyConnection, Row as _};
 
 use super::BatchError;
 use crate::protocol::Pair;
-use crate::store::{Dialect, placeholders, tuples};
+use crate::store::{Dialect, json, lookup};
 
 /// The private conversations of `pairs` that exist.
 pub async fn find_pairs(
@@ -18,15 +18,18 @@ pub async fn find_pairs(
     if pairs.is_empty() {
         return Ok(found);
     }
-    let sql = format!(
-        "SELECT user_lo, user_hi, conversation_id FROM private_pairs WHERE (user_lo, user_hi) IN (VALUES {})",
-        tuples(d, pairs.len(), 2)
+    let sql = lookup(
+        d,
+        "user_lo, user_hi, conversation_id",
+        "private_pairs",
+        &[("user_lo", false), ("user_hi", false)],
+        "",
     );
-    let mut q = sqlx::query(&sql);
-    for (lo, hi) in pairs {
-        q = q.bind(lo.as_str()).bind(hi.as_str());
-    }
-    for row in q.fetch_all(&mut *conn).await? {
+    for row in sqlx::query(&sql)
+        .bind(json(pairs))
+        .fetch_all(&mut *conn)
+        .await?
+    {
         found.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
     }
     Ok(found)
@@ -67,15 +70,16 @@ pub async fn create_pairs(
         .collect();
     users.sort_unstable();
     users.dedup();
-    let sql = format!(
-        "SELECT user_id FROM users WHERE user_id IN ({}) AND deleted_at IS NULL",
-        placeholders(d, 1, users.len())
+    let keys: Vec<[&str; 1]> = users.iter().map(|u| [*u]).collect();
+    let sql = lookup(
+        d,
+        "user_id",
+        "users",
+        &[("user_id", false)],
+        "AND deleted_at IS NULL",
     );
-    let mut q = sqlx::query(&sql);
-    for u in &users {
-        q = q.bind(*u);
-    }
-    let known: HashSet<String> = q
+    let known: HashSet<String> = sqlx::query(&sql)
+        .bind(json(&keys))
         .fetch_all(&mut *conn)
         .await?
         .iter()

@@ -1,11 +1,6 @@
-//! Read positions: where a reader is, what unread subtracts, and the moves a batch writes.
-
-use std::collections::HashMap;
+//! Read positions: where a reader is and what unread subtracts (`write` moves them).
 
 use sqlx::{AnyConnection, Row as _};
-
-use super::BatchError;
-use crate::store::{Dialect, shaped_chunks, tuples};
 
 /// Recalled messages that counted toward unread, in `(after, upto]`: what unread
 /// subtracts from the running counts.
@@ -25,35 +20,6 @@ pub async fn recalled_counting(
     .fetch_one(conn)
     .await?
     .try_get(0)
-}
-
-pub async fn upsert_read_positions(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    moves: &HashMap<(String, i64), (i64, i64)>,
-    now: i64,
-) -> Result<(), BatchError> {
-    let rows: Vec<_> = moves.iter().collect();
-    for chunk in shaped_chunks(&rows) {
-        let sql = format!(
-            "INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
-             VALUES {} ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
-             read_seq = excluded.read_seq, read_acc = excluded.read_acc, updated_at = excluded.updated_at \
-             WHERE excluded.read_seq > read_positions.read_seq",
-            tuples(d, chunk.len(), 5)
-        );
-        let mut q = sqlx::query(&sql);
-        for ((user, conversation), (seq, acc)) in chunk {
-            q = q
-                .bind(user.as_str())
-                .bind(*conversation)
-                .bind(*seq)
-                .bind(*acc)
-                .bind(now);
-        }
-        q.execute(&mut *conn).await?;
-    }
-    Ok(())
 }
 
 /// A user's read position in a conversation: `(read_seq, read_acc)`, `(0, 0)` if none.

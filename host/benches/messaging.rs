@@ -826,10 +826,12 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         let mut cpus = Vec::new();
         for run in 0..runs {
             let cpu = CpuMeter::start(pid);
+            let before = scrape(&server.addr).await;
             let (l, received) = latency(&server.addr, &format!("lat{run}"), 5000, secs).await;
             cpus.push(cpu.per(received));
+            let commits = commits_between(&before, &scrape(&server.addr).await);
             eprintln!(
-                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples)",
+                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits})",
                 run + 1,
                 l.shown(),
                 l.n

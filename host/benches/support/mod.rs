@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::common::server::{JWT_SECRET, http_at};
+use crate::common::server::{ADMIN_TOKEN, JWT_SECRET, http_at, request};
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -422,4 +422,38 @@ pub fn tally(
     }
     lat.sort_by(f64::total_cmp);
     (lat, mismatches)
+}
+
+/// The server's `/metrics` now: every sample by its line's name and labels
+/// (`courier_commit_seconds_bucket{le="0.005"}`).
+pub async fn scrape(addr: &str) -> HashMap<String, f64> {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let answer = request(addr, "GET", "/metrics", &[("authorization", &auth)], "").await;
+    answer
+        .body
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// What the committer did between two scrapes: batches, ops per batch, and how many
+/// commits took longer than 5 and 10 ms.
+pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> String {
+    let moved =
+        |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
+    let batches = moved("courier_commit_seconds_count");
+    let ops = moved("courier_commit_batch_ops_sum");
+    let within = |le: &str| moved(&format!("courier_commit_seconds_bucket{{le=\"{le}\"}}"));
+    format!(
+        "{batches:.0} commits of {:.1} ops on average; {:.0} over 5 ms, {:.0} over 10 ms; \
+         mean commit {:.2} ms",
+        ops / batches.max(1.0),
+        batches - within("0.005"),
+        batches - within("0.01"),
+        moved("courier_commit_seconds_sum") * 1000.0 / batches.max(1.0),
+    )
 }

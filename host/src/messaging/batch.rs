@@ -17,7 +17,7 @@ use crate::store::batch::{
 };
 use crate::store::social::blocked_pairs;
 use crate::store::sync::unread;
-use crate::store::{Dialect, Store};
+use crate::store::{BatchTx, Dialect, Store};
 
 /// Where a message goes: a known conversation, or the private conversation with a peer
 /// (created by the first message between the two).
@@ -125,8 +125,8 @@ pub async fn commit(
 ) -> Result<Vec<Outcome>, BatchError> {
     let attempt = async {
         let mut tx = store.begin_batch().await?;
-        let outcomes = run(store.dialect(), &mut tx, ops, ctx).await?;
-        tx.commit().await.map_err(committing)?;
+        let (outcomes, committed) = run(store.dialect(), &mut tx, ops, ctx).await?;
+        tx.finish(committed).await.map_err(committing)?;
         Ok(outcomes)
     };
     attempt.await.inspect_err(|e: &BatchError| {
@@ -224,6 +224,7 @@ impl Targets {
 async fn lock_touched(
     d: Dialect,
     conn: &mut AnyConnection,
+    opening: &str,
     ops: &[Op],
     ctx: &BatchContext<'_>,
 ) -> Result<(Targets, Found), BatchError> {
@@ -252,7 +253,7 @@ async fn lock_touched(
             Op::Read { .. } => None,
         })
         .collect();
-    let mut found = lock_first(d, conn, &ids, &pairs, &keys).await?;
+    let mut found = lock_first(d, conn, opening, &ids, &pairs, &keys).await?;
     let targets =
         Targets::resolve(d, conn, by_peer, std::mem::take(&mut found.pairs), ctx.now).await?;
     // Conversations created by a first message, and those of resends the batch does not
@@ -267,7 +268,7 @@ async fn lock_touched(
     later.sort_unstable();
     later.dedup();
     if !later.is_empty() {
-        let more = lock_first(d, conn, &later, &[], &[]).await?;
+        let more = lock_first(d, conn, "", &later, &[], &[]).await?;
         found.heads.extend(more.heads);
         found.members.extend(more.members);
     }
@@ -294,15 +295,18 @@ async fn lock_touched(
     Ok((targets, found))
 }
 
+/// Runs the batch in `tx`; its outcomes, and whether its last statement committed.
 async fn run(
     d: Dialect,
-    conn: &mut AnyConnection,
+    tx: &mut BatchTx,
     ops: &[Op],
     ctx: &BatchContext<'_>,
-) -> Result<Vec<Outcome>, BatchError> {
+) -> Result<(Vec<Outcome>, bool), BatchError> {
+    let (opening, closing) = (tx.opening(), tx.closing());
+    let conn = tx.conn();
     // 1. The head rows (locked), the private conversations named by peer, the resends
     // already stored.
-    let (targets, found) = lock_touched(d, conn, ops, ctx).await?;
+    let (targets, found) = lock_touched(d, conn, opening, ops, ctx).await?;
     let Found {
         mut heads,
         mut members,
@@ -393,8 +397,8 @@ async fn run(
     }
     stored_before.clear();
     // 3. The rest of the writes, in one statement.
-    write(d, conn, &mut pending, &heads, &read_moves, ctx.now).await?;
-    Ok(outcomes)
+    let committed = write(d, conn, &mut pending, &heads, &read_moves, ctx.now, closing).await?;
+    Ok((outcomes, committed))
 }
 
 /// Writes the batch's messages so far, for a statement that reads them (a read's position,
@@ -405,7 +409,8 @@ async fn flush(
     pending: &mut Pending,
     now: i64,
 ) -> Result<(), BatchError> {
-    write(d, conn, pending, &HashMap::new(), &HashMap::new(), now).await
+    write(d, conn, pending, &HashMap::new(), &HashMap::new(), now, "").await?;
+    Ok(())
 }
 
 /// Whether `m` (a recall) may hide message `target`: the sender's own, not a recall or a

@@ -79,6 +79,79 @@ pub struct Store {
     health: Arc<Health>,
 }
 
+/// The transaction a commit batch runs in. On PostgreSQL an ordinary one. On SQLite every
+/// statement is a hand-off to the connection's thread and back, so `BEGIN` goes with the
+/// batch's first statement and `COMMIT` with its last (`opening`, `closing`): a batch of
+/// sends is two hand-offs. If it ends any other way — an error, or the future dropped —
+/// the connection is closed rather than returned to the pool, and closing rolls back.
+pub enum BatchTx {
+    Postgres(Option<sqlx::Transaction<'static, Any>>),
+    Sqlite {
+        conn: Option<sqlx::pool::PoolConnection<Any>>,
+        /// `BEGIN` was sent.
+        open: bool,
+    },
+}
+
+const UNTIL_THE_END: &str = "the transaction until it is finished";
+
+impl BatchTx {
+    pub fn conn(&mut self) -> &mut sqlx::AnyConnection {
+        match self {
+            BatchTx::Postgres(tx) => tx.as_mut().expect(UNTIL_THE_END),
+            BatchTx::Sqlite { conn, .. } => conn.as_mut().expect(UNTIL_THE_END),
+        }
+    }
+
+    /// What the batch's first statement starts with: SQLite's `BEGIN`, once.
+    pub fn opening(&mut self) -> &'static str {
+        match self {
+            BatchTx::Sqlite { open, .. } if !*open => {
+                *open = true;
+                "BEGIN IMMEDIATE; "
+            }
+            _ => "",
+        }
+    }
+
+    /// What the batch's last statement may end with: SQLite's `COMMIT` (then `finish` with
+    /// `committed`).
+    pub fn closing(&self) -> &'static str {
+        match self {
+            BatchTx::Sqlite { .. } => "; COMMIT",
+            BatchTx::Postgres(_) => "",
+        }
+    }
+
+    /// Commits, unless the last statement did (`committed`).
+    pub async fn finish(mut self, committed: bool) -> sqlx::Result<()> {
+        match &mut self {
+            BatchTx::Postgres(tx) => tx.take().expect(UNTIL_THE_END).commit().await,
+            BatchTx::Sqlite { conn, open } => {
+                if *open && !committed {
+                    conn.as_mut()
+                        .expect(UNTIL_THE_END)
+                        .execute("COMMIT")
+                        .await?;
+                }
+                *open = false;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for BatchTx {
+    fn drop(&mut self) {
+        if let BatchTx::Sqlite { conn, open: true } = self
+            && let Some(c) = conn.take()
+        {
+            // Closed, not pooled: closing rolls the transaction back.
+            drop(c.detach());
+        }
+    }
+}
+
 /// Whether the database's connections can be trusted. Pooled connections are not pinged
 /// before use (a round trip each); once one is found broken — the server terminated it,
 /// restarted, or the network dropped it — the others may be dead too, so for a while every
@@ -321,21 +394,25 @@ impl Store {
         }
     }
 
-    /// A transaction of the committer's. On PostgreSQL its statements (the same few every
-    /// time, their arguments JSON arrays) may keep a generic plan, planned once per
-    /// connection rather than at every execution (a third of a millisecond each); the
-    /// connection's other statements keep `force_custom_plan`.
-    pub(crate) async fn begin_batch(&self) -> sqlx::Result<sqlx::Transaction<'static, Any>> {
+    /// A transaction of the committer's (see `BatchTx`).
+    pub(crate) async fn begin_batch(&self) -> sqlx::Result<BatchTx> {
         match self.dialect {
+            // Its statements (the same few every time, their arguments JSON arrays) may keep
+            // a generic plan, planned once per connection rather than at every execution (a
+            // third of a millisecond each); the connection's other statements keep
+            // `force_custom_plan`.
             Dialect::Postgres => self
                 .write
                 .begin_with("BEGIN; SET LOCAL plan_cache_mode = auto")
                 .await
+                .map(|tx| BatchTx::Postgres(Some(tx)))
                 .inspect_err(|e| self.health.note(e)),
-            Dialect::Sqlite => self.write().begin().await,
+            Dialect::Sqlite => self.write().acquire().await.map(|c| BatchTx::Sqlite {
+                conn: Some(c),
+                open: false,
+            }),
         }
     }
-
     /// Runs a read, and once more when its connection broke (the first failure puts the
     /// pool in ping mode, so the second attempt gets a live connection). Only for reads:
     /// a write outside a transaction may have happened.
@@ -369,10 +446,10 @@ impl Store {
 const WRITER_PRAGMAS: &str =
     "PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864;";
 
-/// Copies the SQLite write-ahead log into the database twice a second, from a reader
+/// Copies the SQLite write-ahead log into the database ten times a second, from a reader
 /// connection: a passive checkpoint never blocks the writer, so commits do not stall on it.
 async fn checkpoints(read: AnyPool) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
@@ -534,6 +611,48 @@ pub(crate) fn shaped_chunks<T>(items: &[T]) -> Vec<&[T]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A SQLite batch sends `BEGIN` with its first statement and `COMMIT` with its last; one
+    /// that ends otherwise must leave nothing written and the single writer usable.
+    #[tokio::test]
+    async fn a_batch_that_does_not_finish_rolls_back_and_frees_the_writer() {
+        let dir = std::env::temp_dir().join(format!("courier-batch-tx-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = StorageConfig {
+            url: format!("sqlite://{}/t.db", dir.display()),
+            ..StorageConfig::default()
+        };
+        let store = Store::open(&cfg).await.unwrap();
+        let insert = "INSERT INTO server_secrets (name, value) VALUES ('k', 'v')";
+        let count = || async {
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM server_secrets WHERE name = 'k'")
+                .fetch_one(store.write())
+                .await
+                .unwrap();
+            n
+        };
+        {
+            let mut tx = store.begin_batch().await.unwrap();
+            let sql = format!("{}{insert}", tx.opening());
+            tx.conn().execute(sql.as_str()).await.unwrap();
+            // Dropped unfinished, as after an error.
+        }
+        assert_eq!(count().await, 0, "an unfinished batch wrote");
+        let mut tx = store.begin_batch().await.unwrap();
+        let sql = format!("{}{insert}{}", tx.opening(), tx.closing());
+        tx.conn().execute(sql.as_str()).await.unwrap();
+        tx.finish(true).await.unwrap();
+        assert_eq!(count().await, 1, "a finished batch was not written");
+        // The connection went back to the pool outside any transaction.
+        let mut tx = store.write().begin().await.unwrap();
+        sqlx::query("DELETE FROM server_secrets WHERE name = 'k'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(count().await, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn tuples_number_in_order() {

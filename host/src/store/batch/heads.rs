@@ -24,11 +24,13 @@ pub struct Found {
 /// The first statement of a batch, one round trip: locks (in id order, so two writers
 /// never deadlock) the head rows of `ids` and of the private conversations of `pairs`,
 /// reads them with every membership row of the private ones and their pair, and finds the
-/// messages already stored under `keys` (resends). Its arguments are JSON arrays, so every
+/// messages already stored under `keys` (resends). `opening` goes first (SQLite's `BEGIN`,
+/// see `BatchTx`). Its arguments are JSON arrays, so every
 /// batch runs the same prepared statement whatever its size.
 pub async fn lock_first(
     d: Dialect,
     conn: &mut AnyConnection,
+    opening: &str,
     ids: &[i64],
     pairs: &[Pair],
     keys: &[(&str, &str)],
@@ -76,7 +78,11 @@ pub async fn lock_first(
              WHERE (m.sender_id, m.client_msg_id) IN (SELECT value->>0, value->>1 FROM json_each($3))"
         }
     };
-    let rows = sqlx::query(sql)
+    let sql = match opening {
+        "" => std::borrow::Cow::Borrowed(sql),
+        opening => std::borrow::Cow::Owned(format!("{opening}{sql}")),
+    };
+    let rows = sqlx::query(&sql)
         .bind(json(ids))
         .bind(json(pairs))
         .bind(json(keys))

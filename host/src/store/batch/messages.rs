@@ -10,8 +10,10 @@ use crate::store::{Dialect, json};
 
 /// Writes what a batch decided so far in one statement (one round trip): the new messages
 /// of `pending`, the moved heads among `heads`, the read positions of `moves` (they only
-/// move forward); then the recall marks of `pending`. Its arguments are JSON arrays, so
-/// every batch runs the same prepared statement whatever its size.
+/// move forward); then the recall marks of `pending`. `closing` ends the statement when
+/// nothing follows it (SQLite's `COMMIT`, see `BatchTx`); says whether it did. Its
+/// arguments are JSON arrays, so every batch runs the same prepared statement whatever its
+/// size.
 pub async fn write(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -19,7 +21,8 @@ pub async fn write(
     heads: &HashMap<i64, Head>,
     moves: &HashMap<(String, i64), (i64, i64)>,
     now: i64,
-) -> Result<(), BatchError> {
+    closing: &str,
+) -> Result<bool, BatchError> {
     let messages: Vec<_> = pending
         .messages
         .iter()
@@ -47,8 +50,17 @@ pub async fn write(
         .iter()
         .map(|((user, conversation), (seq, acc))| (user.as_str(), *conversation, *seq, *acc))
         .collect();
+    let mut committed = false;
     if !(messages.is_empty() && heads.is_empty() && moves.is_empty()) {
-        sqlx::query(write_sql(d))
+        // The transaction ends with it, unless recall marks follow.
+        let sql = match (closing, pending.recalls.is_empty()) {
+            ("", _) | (_, false) => std::borrow::Cow::Borrowed(write_sql(d)),
+            (closing, true) => {
+                committed = true;
+                std::borrow::Cow::Owned(format!("{}{closing}", write_sql(d)))
+            }
+        };
+        sqlx::query(&sql)
             .bind(json(&messages))
             .bind(json(&heads))
             .bind(json(&moves))
@@ -75,7 +87,7 @@ pub async fn write(
             .execute(&mut *conn)
             .await?;
     }
-    Ok(())
+    Ok(committed)
 }
 
 /// The statement of `write`: `$1` messages, `$2` heads, `$3` read moves, `$4` now, `$5`

@@ -4,7 +4,6 @@
 //! last of them, and the median of repeated requests. Every loop is bounded by a count
 //! and by time; everything is on loopback.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{
-    Cpu, CpuMeter, FanOut, connect, group_frame, http, must, notify_seq, percentile, tally,
+    Cpu, CpuMeter, FanOut, acks_of, connect, group_frame, http, must, notify_seq, percentile, tally,
 };
 
 /// Makes `users` known to the server (a token of theirs used once), `concurrency` requests
@@ -175,29 +174,9 @@ pub async fn fanout_online(
     let ws = connect(addr, sender, "d").await;
     // Routes of the new devices settle first.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (mut sink, mut stream) = ws.split();
-    // The sender's connection gets only the acks: seq by clientMsgId.
-    let acks = tokio::spawn(async move {
-        let mut seqs = HashMap::new();
-        let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
-        while seqs.len() < n && Instant::now() < until {
-            match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("ack") => {
-                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
-                        }
-                        Some("error") => panic!("mega group send: {v}"),
-                        _ => {}
-                    }
-                }
-                Ok(Some(Ok(_))) => {}
-                _ => break,
-            }
-        }
-        seqs
-    });
+    let (mut sink, stream) = ws.split();
+    // The sender's connection gets only the acks.
+    let acks = acks_of(stream, n, rate);
     let cpu = CpuMeter::start(pid);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);

@@ -318,29 +318,9 @@ pub async fn group_fanout(
     let ws = connect(home(0), &owner, "d").await;
     // Routes and presence of a thousand new devices settle first.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (mut sink, mut stream) = ws.split();
-    // The owner's connection gets only the acks: seq by clientMsgId.
-    let acks = tokio::spawn(async move {
-        let mut seqs = HashMap::new();
-        let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
-        while seqs.len() < n && Instant::now() < until {
-            match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                    match v["type"].as_str() {
-                        Some("ack") => {
-                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
-                        }
-                        Some("error") => panic!("group send: {v}"),
-                        _ => {}
-                    }
-                }
-                Ok(Some(Ok(_))) => {}
-                _ => break,
-            }
-        }
-        seqs
-    });
+    let (mut sink, stream) = ws.split();
+    // The owner's connection gets only the acks.
+    let acks = acks_of(stream, n, rate);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
     let mut sent_at = Vec::with_capacity(n);
@@ -456,4 +436,34 @@ pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f6
         batches - within("0.01"),
         moved("courier_commit_seconds_sum") * 1000.0 / batches.max(1.0),
     )
+}
+
+/// Reads a group sender's connection, which gets only the acks, until `n` came (or time is
+/// up): seq by clientMsgId.
+pub fn acks_of(
+    mut stream: futures_util::stream::SplitStream<Ws>,
+    n: usize,
+    rate: f64,
+) -> tokio::task::JoinHandle<HashMap<String, Option<i64>>> {
+    tokio::spawn(async move {
+        let mut seqs = HashMap::new();
+        let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
+        while seqs.len() < n && Instant::now() < until {
+            match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                    match v["type"].as_str() {
+                        Some("ack") => {
+                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
+                        }
+                        Some("error") => panic!("group send: {v}"),
+                        _ => {}
+                    }
+                }
+                Ok(Some(Ok(_))) => {}
+                _ => break,
+            }
+        }
+        seqs
+    })
 }

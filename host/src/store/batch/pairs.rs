@@ -1,6 +1,6 @@
 //! Private conversations by pair: found, or created by a first message.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use sqlx::{AnyConnection, Row as _};
 
@@ -70,21 +70,7 @@ pub async fn create_pairs(
         .collect();
     users.sort_unstable();
     users.dedup();
-    let keys: Vec<[&str; 1]> = users.iter().map(|u| [*u]).collect();
-    let sql = lookup(
-        d,
-        "user_id",
-        "users",
-        &[("user_id", false)],
-        "AND deleted_at IS NULL",
-    );
-    let known: HashSet<String> = sqlx::query(&sql)
-        .bind(json(&keys))
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<_, _>>()?;
+    let known = crate::store::accounts::existing_users(d, conn, &users).await?;
     for (lo, hi) in missing {
         if !known.contains(lo) || !known.contains(hi) {
             continue;

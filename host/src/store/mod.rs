@@ -551,7 +551,9 @@ pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> String {
 
 /// A statement reading the rows of `table` whose `keys` (columns, `true` for an integer
 /// one) match one of the tuples of the JSON array `$1` (`[[k0, k1], …]`), `extra` anded to
-/// the match. The same statement serves any number of tuples. On PostgreSQL each tuple is
+/// the match (a tuple given twice yields its rows twice). `columns` are plain names;
+/// `extra` must not name a column of SQLite's `json_each` (`key`, `value`, `type`, `id`, …).
+/// The same statement serves any number of tuples. On PostgreSQL each tuple is
 /// an index probe of its own (a lateral subquery, `OFFSET 0` keeping it one), whatever
 /// the planner guesses of the array's length — so a generic plan is as good as a custom
 /// one.
@@ -578,13 +580,23 @@ pub(crate) fn lookup(
                 matches.join(" AND ")
             )
         }
+        // A join, not a row-value `IN`: SQLite's `IN` used only the first column of a
+        // two-column key when that column is an integer (every member of the group read
+        // to find one).
         Dialect::Sqlite => {
-            let cols: Vec<&str> = keys.iter().map(|(k, _)| *k).collect();
-            let values: Vec<String> = (0..keys.len()).map(|i| format!("value->>{i}")).collect();
+            let matches: Vec<String> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| format!("t.{k} = e.value->>{i}"))
+                .collect();
+            let columns: Vec<String> = columns
+                .split(',')
+                .map(|c| format!("t.{}", c.trim()))
+                .collect();
             format!(
-                "SELECT {columns} FROM {table} WHERE ({}) IN (SELECT {} FROM json_each($1)) {extra}",
-                cols.join(", "),
-                values.join(", ")
+                "SELECT {} FROM json_each($1) e JOIN {table} t ON {} WHERE 1 {extra}",
+                columns.join(", "),
+                matches.join(" AND ")
             )
         }
     }

@@ -25,8 +25,8 @@ pub struct Found {
 /// never deadlock) the head rows of `ids` and of the private conversations of `pairs`,
 /// reads them with every membership row of the private ones and their pair, and finds the
 /// messages already stored under `keys` (resends). `opening` goes first (SQLite's `BEGIN`,
-/// see `BatchTx`). Its arguments are JSON arrays, so every
-/// batch runs the same prepared statement whatever its size.
+/// see `BatchTx`). Its arguments are JSON arrays, so every batch runs the same prepared
+/// statement whatever its size.
 pub async fn lock_first(
     d: Dialect,
     conn: &mut AnyConnection,

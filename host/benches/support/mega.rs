@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{
-    Cpu, CpuMeter, FanOut, acks_of, connect, group_frame, http, must, notify_seq, percentile, tally,
+    Cpu, CpuMeter, FanOut, acks_of, connect, http, must, notify_seq, percentile, send_paced, tally,
+    wait_complete,
 };
 
 /// Makes `users` known to the server (a token of theirs used once), `concurrency` requests
@@ -178,26 +179,9 @@ pub async fn fanout_online(
     // The sender's connection gets only the acks.
     let acks = acks_of(stream, n, rate);
     let cpu = CpuMeter::start(pid);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
-    let mut sent_at = Vec::with_capacity(n);
-    for i in 0..n {
-        tick.tick().await;
-        if Instant::now() > until {
-            break;
-        }
-        let cmid = format!("mega{i}");
-        let text = format!("fan-out message {i} of a benchmark, about fifty bytes");
-        let t = Instant::now();
-        sink.send(group_frame(&cmid, cid, &text)).await.unwrap();
-        sent_at.push((cmid, t));
-    }
+    let sent_at = send_paced(&mut sink, cid, "mega", n, rate).await;
     let seqs = acks.await.unwrap();
-    // Every device has all, or time is up; then a second for duplicates.
-    let until = Instant::now() + Duration::from_secs(30);
-    while complete.load(Ordering::Relaxed) < readers.len() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_complete(&complete, readers.len()).await;
     let cpu_us = cpu.per(1);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _ = stop.send(true);

@@ -321,26 +321,9 @@ pub async fn group_fanout(
     let (mut sink, stream) = ws.split();
     // The owner's connection gets only the acks.
     let acks = acks_of(stream, n, rate);
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-    let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
-    let mut sent_at = Vec::with_capacity(n);
-    for i in 0..n {
-        tick.tick().await;
-        if Instant::now() > until {
-            break;
-        }
-        let cmid = format!("g{i}");
-        let text = format!("fan-out message {i} of a benchmark, about fifty bytes");
-        let t = Instant::now();
-        sink.send(group_frame(&cmid, cid, &text)).await.unwrap();
-        sent_at.push((cmid, t));
-    }
+    let sent_at = send_paced(&mut sink, cid, "g", n, rate).await;
     let seqs = acks.await.unwrap();
-    // Every device has all, or time is up; then a second for duplicates.
-    let until = Instant::now() + Duration::from_secs(30);
-    while complete.load(Ordering::Relaxed) < readers.len() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_complete(&complete, readers.len()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _ = stop.send(true);
     let mut per_device = Vec::with_capacity(readers.len());
@@ -466,4 +449,38 @@ pub fn acks_of(
         }
         seqs
     })
+}
+
+/// Sends `n` texts into group `cid` at `rate` a second (bounded in time), the `i`th with
+/// clientMsgId `{prefix}{i}`: when each left.
+pub async fn send_paced(
+    sink: &mut futures_util::stream::SplitSink<Ws, Message>,
+    cid: i64,
+    prefix: &str,
+    n: usize,
+    rate: f64,
+) -> Vec<(String, Instant)> {
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 30.0);
+    let mut sent_at = Vec::with_capacity(n);
+    for i in 0..n {
+        tick.tick().await;
+        if Instant::now() > until {
+            break;
+        }
+        let cmid = format!("{prefix}{i}");
+        let text = format!("fan-out message {i} of a benchmark, about fifty bytes");
+        let t = Instant::now();
+        sink.send(group_frame(&cmid, cid, &text)).await.unwrap();
+        sent_at.push((cmid, t));
+    }
+    sent_at
+}
+
+/// Waits until `complete` devices have every message, or 30 s.
+pub async fn wait_complete(complete: &AtomicUsize, of: usize) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while complete.load(Ordering::Relaxed) < of && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

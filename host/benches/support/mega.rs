@@ -5,15 +5,14 @@
 //! and by time; everything is on loopback.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt, stream};
+use futures_util::{StreamExt, stream};
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{
-    Cpu, CpuMeter, FanOut, acks_of, connect, http, must, notify_seq, percentile, send_paced, tally,
+    Cpu, CpuMeter, FanOut, acks_of, connect, http, must, percentile, read_group, send_paced, tally,
     wait_complete,
 };
 
@@ -128,7 +127,7 @@ pub async fn fanout_online(
     let connect_until = Instant::now() + connect_limit;
     let readers: Vec<_> = stream::iter(online)
         .map(|u| {
-            let (mut stopped, complete) = (stopped.clone(), complete.clone());
+            let (stopped, complete) = (stopped.clone(), complete.clone());
             let conversation = conversation.clone();
             async move {
                 assert!(
@@ -136,37 +135,8 @@ pub async fn fanout_online(
                     "connecting {} devices took over {connect_limit:?}",
                     online.len()
                 );
-                let mut ws = connect(addr, u, "d").await;
-                tokio::spawn(async move {
-                    let mut got: Vec<(i64, Instant)> = Vec::with_capacity(n);
-                    let mut beat = tokio::time::interval(Duration::from_secs(30));
-                    beat.tick().await;
-                    loop {
-                        let msg = tokio::select! {
-                            m = ws.next() => m,
-                            _ = beat.tick() => {
-                                let _ = ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await;
-                                continue;
-                            }
-                            _ = stopped.changed() => break,
-                        };
-                        match msg {
-                            Some(Ok(Message::Text(t))) => {
-                                let at = Instant::now();
-                                // A scan, not a JSON parse (the client shares the server's cores).
-                                if let Some(seq) = notify_seq(t.as_str(), &conversation) {
-                                    got.push((seq, at));
-                                    if got.len() == n {
-                                        complete.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                }
-                            }
-                            Some(Ok(_)) => {}
-                            _ => break,
-                        }
-                    }
-                    got
-                })
+                let ws = connect(addr, u, "d").await;
+                read_group(ws, n, conversation, complete, stopped)
             }
         })
         .buffer_unordered(32)

@@ -280,40 +280,10 @@ pub async fn group_fanout(
             Instant::now() < connect_until,
             "connecting {members} devices took over 300 s"
         );
-        let mut ws = connect(home(j + 1), u, "d").await;
-        let (mut stopped, complete) = (stopped.clone(), complete.clone());
+        let ws = connect(home(j + 1), u, "d").await;
+        let (stopped, complete) = (stopped.clone(), complete.clone());
         let conversation = conversation.clone();
-        readers.push(tokio::spawn(async move {
-            let mut got: Vec<(i64, Instant)> = Vec::with_capacity(n);
-            let mut pinged = Instant::now();
-            loop {
-                let msg = tokio::select! {
-                    m = ws.next() => m,
-                    _ = stopped.changed() => break,
-                };
-                match msg {
-                    Some(Ok(Message::Text(t))) => {
-                        let at = Instant::now();
-                        // A scan, not a JSON parse: the client shares the servers' cores,
-                        // and a thousand parses per message would be counted as fan-out.
-                        if let Some(seq) = notify_seq(t.as_str(), &conversation) {
-                            got.push((seq, at));
-                            if got.len() == n {
-                                complete.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    _ => break,
-                }
-                // Stay within the heartbeat however long the phase is.
-                if pinged.elapsed() > Duration::from_secs(30) {
-                    let _ = ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await;
-                    pinged = Instant::now();
-                }
-            }
-            got
-        }));
+        readers.push(read_group(ws, n, conversation, complete, stopped));
     }
     let ws = connect(home(0), &owner, "d").await;
     // Routes and presence of a thousand new devices settle first.
@@ -483,4 +453,48 @@ pub async fn wait_complete(complete: &AtomicUsize, of: usize) {
     while complete.load(Ordering::Relaxed) < of && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A group member's device: collects `(seq, when)` of the group's `notify` frames
+/// (`conversation` is `"conversationId":N,`) until `stopped`, counting itself in
+/// `complete` once it has `n`. Pings every 30 s, so it outlives the server's heartbeat
+/// however long the phase is; waits on its socket, the stop and that one timer.
+pub fn read_group(
+    mut ws: Ws,
+    n: usize,
+    conversation: String,
+    complete: Arc<AtomicUsize>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<(i64, Instant)>> {
+    tokio::spawn(async move {
+        let mut got: Vec<(i64, Instant)> = Vec::with_capacity(n);
+        let mut beat = tokio::time::interval(Duration::from_secs(30));
+        beat.tick().await;
+        loop {
+            let msg = tokio::select! {
+                m = ws.next() => m,
+                _ = beat.tick() => {
+                    let _ = ws.send(Message::Text(r#"{"type":"ping"}"#.into())).await;
+                    continue;
+                }
+                _ = stopped.changed() => break,
+            };
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    let at = Instant::now();
+                    // A scan, not a JSON parse: the client shares the server's cores, and a
+                    // thousand parses per message would be counted as fan-out.
+                    if let Some(seq) = notify_seq(t.as_str(), &conversation) {
+                        got.push((seq, at));
+                        if got.len() == n {
+                            complete.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                _ => break,
+            }
+        }
+        got
+    })
 }

@@ -12,8 +12,8 @@ use futures_util::{StreamExt, stream};
 use serde_json::{Value, json};
 
 use crate::support::{
-    Cpu, CpuMeter, FanOut, acks_of, connect, http, must, percentile, read_group, send_paced, tally,
-    wait_complete,
+    Cpu, CpuMeter, FanOut, acks_of, connect, fanout_of, http, must, percentile, read_group,
+    send_paced, wait_complete,
 };
 
 /// Makes `users` known to the server (a token of theirs used once), `concurrency` requests
@@ -153,23 +153,9 @@ pub async fn fanout_online(
     let seqs = acks.await.unwrap();
     wait_complete(&complete, readers.len()).await;
     let cpu_us = cpu.per(1);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let _ = stop.send(true);
-    let mut per_device = Vec::with_capacity(readers.len());
-    for r in readers {
-        per_device.push(r.await.unwrap());
-    }
+    let online_devices = vec![online.len() + 1];
+    let f = fanout_of(stop, readers, &sent_at, &seqs, online_devices).await;
     drop(sink);
-    let (lat, mismatches) = tally(&sent_at, &seqs, &per_device);
-    let f = FanOut {
-        p50: percentile(&lat, 0.5),
-        p99: percentile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or(f64::NAN),
-        messages: sent_at.len(),
-        complete: lat.len(),
-        mismatches,
-        per_node: vec![online.len() + 1],
-    };
     (f, cpu_us)
 }
 

@@ -294,14 +294,27 @@ pub async fn group_fanout(
     let sent_at = send_paced(&mut sink, cid, "g", n, rate).await;
     let seqs = acks.await.unwrap();
     wait_complete(&complete, readers.len()).await;
+    let f = fanout_of(stop, readers, &sent_at, &seqs, per_node).await;
+    drop(sink);
+    f
+}
+
+/// After the sends of a fan-out: a second more for duplicates, then the readers stop and
+/// what they got is tallied against what was sent and acked.
+pub async fn fanout_of(
+    stop: tokio::sync::watch::Sender<bool>,
+    readers: Vec<tokio::task::JoinHandle<Vec<(i64, Instant)>>>,
+    sent_at: &[(String, Instant)],
+    seqs: &HashMap<String, Option<i64>>,
+    per_node: Vec<usize>,
+) -> FanOut {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _ = stop.send(true);
     let mut per_device = Vec::with_capacity(readers.len());
     for r in readers {
         per_device.push(r.await.unwrap());
     }
-    drop(sink);
-    let (lat, mismatches) = tally(&sent_at, &seqs, &per_device);
+    let (lat, mismatches) = tally(sent_at, seqs, &per_device);
     FanOut {
         p50: percentile(&lat, 0.5),
         p99: percentile(&lat, 0.99),

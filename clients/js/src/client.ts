@@ -1,0 +1,546 @@
+import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from "./backoff.js";
+import { Connection, type WebSocketConstructor } from "./connection.js";
+import { Emitter } from "./emitter.js";
+import { CourierError } from "./errors.js";
+import { Api, type FetchLike } from "./http.js";
+import { DEFAULT_ACK_TIMEOUTS_MS, Outbox, type OutgoingSend } from "./outbox.js";
+import { MemoryCursorStore, type CursorStore, type UserStreamCursor } from "./store.js";
+import { ConversationSync, UserStreamSync, type Snapshot, type SnapshotReason } from "./sync.js";
+import {
+  ContentType,
+  type Conversation,
+  type HelloFrame,
+  type LiveFrame,
+  type Message,
+  type ReadPosition,
+  type SendAck,
+  type SendInput,
+  type ServerFrame,
+  type StoredAck,
+  type UserStreamEvent,
+} from "./types.js";
+
+export interface ClientOptions {
+  /** The server's HTTP base, e.g. `https://chat.example.com`. */
+  url: string;
+  token: string;
+  /** 1–64 of `A-Z a-z 0-9 _ . - :`; one client per device id (a second replaces the first). */
+  deviceId: string;
+  /** The WebSocket base when it differs from `url` (default: `url` with `ws:`/`wss:`). */
+  wsUrl?: string;
+  /** Ask for `presence` frames about friends. */
+  presence?: boolean;
+  /** Where cursors live between sessions (default: memory). */
+  store?: CursorStore;
+  /** Default: the global `WebSocket`. */
+  WebSocket?: WebSocketConstructor;
+  /** Default: the global `fetch`. */
+  fetch?: FetchLike;
+  /** Ping after this long without sending (default 60 000 ms, or less if the server asks). */
+  pingAfterMs?: number;
+  /** Give a link up when no frame comes this long after a ping (default 30 000 ms). */
+  pongTimeoutMs?: number;
+  /** The `hello` must arrive this long after opening (default 15 000 ms). */
+  handshakeTimeoutMs?: number;
+  /** Reconnect delays (default 0.5 s doubling to 30 s, jittered). */
+  backoff?: Partial<BackoffOptions>;
+  /** How long each attempt of a send waits for its ack (default 1 s, 2 s, 4 s, 8 s). */
+  ackTimeoutsMs?: readonly number[];
+  /** Overview page size, 1–200 (default 50). */
+  overviewPageSize?: number;
+  /** Pull page size, 1–500 (default 100). */
+  pullPageSize?: number;
+  /** Each HTTP request must be answered within this (default 30 000 ms). */
+  requestTimeoutMs?: number;
+  /** Source of randomness for backoff jitter (tests). */
+  random?: () => number;
+}
+
+/** Where the client is; every change is a `state` event. */
+export type ClientState =
+  | { state: "idle" }
+  | { state: "connecting"; attempt: number }
+  /** The session is open (`hello` received); catching up. Pushes are applied meanwhile. */
+  | { state: "syncing"; hello: HelloFrame }
+  /** Caught up: every message the server had when the session opened was emitted. */
+  | { state: "online"; hello: HelloFrame }
+  /** The connection was lost (`code`, `reason`); the next attempt is in `delayMs`. */
+  | { state: "waiting"; attempt: number; delayMs: number; code: number; reason: string }
+  /** For good: closed by `close()` (`closed_by_client`), or `replaced`, `token_revoked`,
+   * `account_deleted`, `unauthorized`. `connect()` starts again. */
+  | { state: "closed"; reason: string; code?: number; error?: CourierError };
+
+export interface RecallEvent {
+  conversationId: number;
+  conversationType: 1 | 2 | 3;
+  /** The recall's own seq. */
+  seq: number;
+  /** The seq of the message to hide. */
+  targetSeq: number;
+  senderId: string;
+}
+
+export interface ReadEvent {
+  conversationId: number;
+  userId: string;
+  readSeq: number;
+  /** Present when the user is you (another of your devices read). */
+  unread?: number;
+}
+
+export interface TypingEvent {
+  conversationId: number;
+  conversationType: 1 | 2 | 3;
+  userId: string;
+  state: string;
+}
+
+export interface PresenceEvent {
+  userId: string;
+  online: boolean;
+  serverTime: number;
+}
+
+export type UserEvent = UserStreamEvent & { epoch: number };
+export type SnapshotEvent = Snapshot & { reason: SnapshotReason; epoch: number };
+
+export interface ClientEvents {
+  state: ClientState;
+  /** Every stored message (recalls and tips included), once, in seq order per conversation. */
+  message: Message;
+  /** After the `message` of a recall: hide message `targetSeq`. */
+  recall: RecallEvent;
+  /** A read position moved (yours on another device, or a peer's receipt). */
+  read: ReadEvent;
+  typing: TypingEvent;
+  /** Any other live kind (call signals): never stored, never pulled. */
+  live: LiveFrame;
+  presence: PresenceEvent;
+  /** An overview entry, as the server has it now. */
+  conversation: Conversation;
+  /** A user-stream event, in seq order within its epoch. */
+  userEvent: UserEvent;
+  /** Load this state in whole: it replaces what the user-stream events built. */
+  snapshot: SnapshotEvent;
+  pong: { rttMs: number };
+  /** A sync step failed; the SDK retries by itself. For logs. */
+  syncError: CourierError;
+}
+
+const PULL_CONCURRENCY = 4;
+const MAX_SYNC_RETRIES = 20;
+
+/**
+ * A Courier client for one user on one device: the WebSocket kept up, sends acked and
+ * retried, and every message emitted once, in seq order, by the catch-up algorithm of
+ * docs/protocol.md.
+ */
+export class CourierClient extends Emitter<ClientEvents> {
+  /** The HTTP API with this client's token, for the endpoints the client does not wrap. */
+  readonly api: Api;
+  readonly #options: ClientOptions;
+  readonly #store: CursorStore;
+  readonly #connection: Connection;
+  readonly #outbox: Outbox;
+  readonly #conversations: ConversationSync;
+  readonly #users: UserStreamSync;
+  readonly #overview = new Map<number, Conversation>();
+  readonly #refreshing = new Map<number, { again: boolean }>();
+  /** Retries waiting to run; cleared on a final close. */
+  readonly #timers = new Set<ReturnType<typeof setTimeout>>();
+  readonly #backoff: BackoffOptions;
+  readonly #random: () => number;
+  #token: string;
+  #state: ClientState = { state: "idle" };
+  #userId: string | undefined;
+  /** Grows with every session and every close: work of an older one stops emitting states. */
+  #session = 0;
+
+  constructor(options: ClientOptions) {
+    super();
+    this.#options = options;
+    this.#token = options.token;
+    this.#store = options.store ?? new MemoryCursorStore();
+    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.#random = options.random ?? Math.random;
+    this.api = new Api({
+      url: options.url,
+      token: () => this.#token,
+      fetch: options.fetch,
+      timeoutMs: options.requestTimeoutMs,
+    });
+    const WebSocketImpl = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    if (!WebSocketImpl) throw new Error("no global WebSocket: pass the `WebSocket` option");
+    this.#connection = new Connection({
+      url: () => this.#socketUrl(),
+      WebSocket: WebSocketImpl,
+      pingAfterMs: options.pingAfterMs ?? 60_000,
+      pongTimeoutMs: options.pongTimeoutMs ?? 30_000,
+      handshakeTimeoutMs: options.handshakeTimeoutMs ?? 15_000,
+      backoff: this.#backoff,
+      random: this.#random,
+      checkAuth: () => this.#checkAuth(),
+    });
+    this.#outbox = new Outbox(
+      {
+        send: (text) => this.#connection.send(text),
+        maxFrameBytes: () => this.#connection.hello?.maxFrameBytes,
+      },
+      options.ackTimeoutsMs ?? DEFAULT_ACK_TIMEOUTS_MS,
+    );
+    const pullPageSize = options.pullPageSize ?? 100;
+    this.#conversations = new ConversationSync({
+      store: this.#store,
+      pull: (id, afterSeq) => this.api.messagesAfter(id, afterSeq, pullPageSize),
+      emit: (message) => this.#deliver(message),
+    });
+    this.#users = new UserStreamSync({
+      store: this.#store,
+      pull: (query) => this.api.userStream({ ...query, limit: query.limit ?? pullPageSize }),
+      loadSnapshot: () => this.#loadSnapshot(),
+      emitSnapshot: (snapshot) => this.emit("snapshot", snapshot),
+      emitEvent: (event) => this.emit("userEvent", event),
+    });
+    this.#wireConnection();
+  }
+
+  get state(): ClientState {
+    return this.#state;
+  }
+
+  /** The user of the open session (known from the first `hello` on). */
+  get userId(): string | undefined {
+    return this.#userId;
+  }
+
+  /** The overview as last told by the server, most recently active first. */
+  get conversations(): Conversation[] {
+    return [...this.#overview.values()].sort((a, b) => b.lastTime - a.lastTime);
+  }
+
+  /** The sends waiting for their ack, oldest first. */
+  get pending(): OutgoingSend[] {
+    return this.#outbox.pending;
+  }
+
+  /** The user stream's cursor, once loaded. */
+  get userStreamCursor(): UserStreamCursor | undefined {
+    return this.#users.cursor;
+  }
+
+  /** The highest seq emitted for a conversation in this session (all below it emitted). */
+  seq(conversationId: number): number | undefined {
+    return this.#conversations.seq(conversationId);
+  }
+
+  /** Opens the WebSocket and keeps it up; after a final close, starts again. */
+  connect(): void {
+    this.#connection.start();
+  }
+
+  /** Closes the WebSocket and stops reconnecting; pending sends fail with `closed`. */
+  close(): void {
+    this.#connection.stop();
+  }
+
+  /** A new token (after a login): used by the next request and the next connection. */
+  setToken(token: string): void {
+    this.#token = token;
+  }
+
+  /**
+   * Sends a message; resolves with its ack once the server committed it (a live kind: once
+   * it was queued to the online devices). Without an ack it is resent with the same
+   * `clientMsgId` after 1 s, 2 s and 4 s, and on every new connection, and fails with
+   * `timeout` 8 s after the last attempt; any other refusal fails it with the server's code.
+   * The message is also emitted as a `message` event at its seq, in order with the others.
+   */
+  send(input: SendInput): Promise<SendAck> {
+    const outgoing: OutgoingSend = { ...input, clientMsgId: input.clientMsgId ?? newClientMsgId() };
+    const sent = this.#outbox.submit(outgoing);
+    void sent.then(
+      (ack) => {
+        if (!("live" in ack)) this.#ownMessage(outgoing, ack);
+      },
+      () => {},
+    );
+    return sent;
+  }
+
+  /** Sends a typing state (a live kind): once, now, never resent. */
+  typing(
+    target: { conversationType: 1 | 2; conversationId?: number; peerId?: string },
+    state: "typing" | "paused" | "stopped",
+  ): Promise<SendAck> {
+    const input: OutgoingSend = { ...target, contentType: ContentType.typing, payload: { state }, clientMsgId: newClientMsgId() };
+    return this.#outbox.submit(input, { once: true });
+  }
+
+  /** Moves your read position (forward only) and updates the overview entry. */
+  async markRead(conversationId: number, seq: number): Promise<ReadPosition> {
+    const position = await this.api.markRead(conversationId, seq);
+    this.#updateReadPosition(conversationId, position.readSeq, position.unread);
+    return position;
+  }
+
+  #wireConnection(): void {
+    const connection = this.#connection;
+    connection.on("connecting", ({ attempt }) => this.#setState({ state: "connecting", attempt }));
+    connection.on("open", (hello) => {
+      const session = ++this.#session;
+      this.#userId = hello.userId;
+      this.#setState({ state: "syncing", hello });
+      this.#outbox.resendAll();
+      void this.#catchUp(session, hello);
+    });
+    let lastDown = { code: 1006, reason: "" };
+    connection.on("down", (down) => {
+      this.#session++;
+      lastDown = down;
+      this.#outbox.pause();
+    });
+    connection.on("waiting", ({ attempt, delayMs }) =>
+      this.#setState({ state: "waiting", attempt, delayMs, code: lastDown.code, reason: lastDown.reason }),
+    );
+    connection.on("closed", ({ reason, code, error }) => {
+      this.#session++;
+      for (const timer of this.#timers) clearTimeout(timer);
+      this.#timers.clear();
+      this.#outbox.failAll(new CourierError("closed", `the client is closed (${reason})`, { reason }));
+      this.#setState({ state: "closed", reason, code, error });
+    });
+    connection.on("pong", (pong) => this.emit("pong", pong));
+    connection.on("frame", (frame) => this.#onFrame(frame));
+  }
+
+  #onFrame(frame: ServerFrame): void {
+    switch (frame.type) {
+      case "ack":
+        if ("seq" in frame || "live" in frame) this.#outbox.acked(frame.id ?? "", frame as SendAck);
+        return;
+      case "error":
+        if (this.#outbox.has(frame.id)) this.#outbox.refused(frame);
+        else this.emit("syncError", new CourierError(frame.code, frame.message, { reason: frame.reason }));
+        return;
+      case "notify":
+        if (frame.conversationType === 0) {
+          this.#track(this.#users.push(frame));
+        } else if ("seq" in frame && typeof frame.seq === "number") {
+          this.#pushMessage(frame);
+        } else if (frame.contentType === ContentType.typing) {
+          const state = (frame.payload as { state?: string } | null)?.state ?? "";
+          const { conversationId, conversationType, senderId } = frame;
+          this.emit("typing", { conversationId, conversationType, userId: senderId, state });
+        } else {
+          this.emit("live", frame as LiveFrame);
+        }
+        return;
+      case "read": {
+        const { conversationId, userId, readSeq, unread } = frame;
+        if (userId === this.#userId && unread !== undefined) this.#updateReadPosition(conversationId, readSeq, unread);
+        this.emit("read", unread === undefined ? { conversationId, userId, readSeq } : { conversationId, userId, readSeq, unread });
+        return;
+      }
+      case "presence": {
+        const { userId, online, serverTime } = frame;
+        this.emit("presence", { userId, online, serverTime });
+        return;
+      }
+      default:
+        return; // hello, pong and kicked are the connection's
+    }
+  }
+
+  /** A pushed message: applied in order; a failed gap pull is tried again with backoff. */
+  #pushMessage(frame: Message, retry = 0): void {
+    const { type: _type, ...message } = frame as Message & { type?: string };
+    this.#conversations.push(message).catch((err: unknown) => {
+      this.emit("syncError", asCourierError(err));
+      if (retry >= MAX_SYNC_RETRIES || this.#state.state === "closed") return;
+      this.#later(backoffDelay(retry, this.#backoff, this.#random), () => this.#pushMessage(message, retry + 1));
+    });
+  }
+
+  #ownMessage(input: OutgoingSend, ack: StoredAck): void {
+    const message: Message = {
+      conversationType: ack.conversationType,
+      conversationId: ack.conversationId,
+      seq: ack.seq,
+      msgId: ack.msgId,
+      senderId: this.#userId ?? "",
+      contentType: input.contentType,
+      payload: input.payload === undefined ? null : JSON.parse(JSON.stringify(input.payload)),
+      serverTime: ack.serverTime,
+    };
+    this.#pushMessage(message);
+  }
+
+  /** Steps 2–5 of "Catching up" for a session that just opened; retried while it lasts. */
+  async #catchUp(session: number, hello: HelloFrame): Promise<void> {
+    for (let retry = 0; retry <= MAX_SYNC_RETRIES; retry++) {
+      try {
+        await Promise.all([this.#users.catchUp(), this.#catchUpConversations()]);
+        if (session !== this.#session) return;
+        this.#connection.resetBackoff();
+        this.#setState({ state: "online", hello });
+        return;
+      } catch (err) {
+        if (session !== this.#session) return;
+        this.emit("syncError", asCourierError(err));
+        const delay = backoffDelay(retry, this.#backoff, this.#random);
+        await new Promise<void>((resolve) => this.#later(delay, resolve));
+        if (session !== this.#session) return;
+      }
+    }
+  }
+
+  /** The overview, page by page; each conversation behind it is pulled (a few at a time). */
+  async #catchUpConversations(): Promise<void> {
+    const pageSize = this.#options.overviewPageSize ?? 50;
+    const pulls: Promise<void>[] = [];
+    const limit = limiter(PULL_CONCURRENCY);
+    let cursor: string | null = null;
+    try {
+      for (let page = 0; page < 100_000; page++) {
+        const result = await this.api.conversations(pageSize, cursor);
+        for (const conversation of result.conversations) {
+          this.#setConversation(conversation);
+          const { conversationId, lastSeq } = conversation;
+          pulls.push(limit(() => this.#conversations.catchUp(conversationId, lastSeq)));
+        }
+        if (!result.nextCursor) break;
+        cursor = result.nextCursor;
+      }
+    } finally {
+      // Wait for the pulls started so far even when a page failed, so none outlives the retry.
+      const outcomes = await Promise.allSettled(pulls);
+      const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === "rejected");
+      if (failed) throw failed.reason;
+    }
+  }
+
+  #deliver(message: Message): void {
+    this.emit("message", message);
+    if (message.contentType === ContentType.recall) {
+      const targetSeq = (message.payload as { seq?: unknown } | null)?.seq;
+      if (typeof targetSeq === "number") {
+        const { conversationId, conversationType, seq, senderId } = message;
+        this.emit("recall", { conversationId, conversationType, seq, targetSeq, senderId });
+      }
+    }
+    const known = this.#overview.get(message.conversationId);
+    if (!known || message.seq > known.lastSeq) this.#refresh(message.conversationId);
+  }
+
+  #setConversation(conversation: Conversation): void {
+    this.#overview.set(conversation.conversationId, conversation);
+    this.emit("conversation", conversation);
+  }
+
+  #updateReadPosition(conversationId: number, readSeq: number, unread: number): void {
+    const known = this.#overview.get(conversationId);
+    if (!known) return this.#refresh(conversationId);
+    if (readSeq < known.readSeq) return;
+    this.#setConversation({ ...known, readSeq, unread });
+  }
+
+  /** Reloads one overview entry; calls while one is running make it run once more after. */
+  #refresh(conversationId: number): void {
+    const running = this.#refreshing.get(conversationId);
+    if (running) {
+      running.again = true;
+      return;
+    }
+    const state = { again: false };
+    this.#refreshing.set(conversationId, state);
+    void (async () => {
+      try {
+        for (let round = 0; round < 100; round++) {
+          state.again = false;
+          const conversation = await this.api.conversation(conversationId);
+          if (this.#state.state === "closed") return;
+          this.#setConversation(conversation);
+          if (!state.again) return;
+        }
+      } catch (err) {
+        this.emit("syncError", asCourierError(err));
+      } finally {
+        this.#refreshing.delete(conversationId);
+      }
+    })();
+  }
+
+  async #loadSnapshot(): Promise<Snapshot> {
+    const [friends, friendRequestsIn, friendRequestsOut, blocks, groups] = await Promise.all([
+      this.api.friends(),
+      this.api.friendRequests("in"),
+      this.api.friendRequests("out"),
+      this.api.blocks(),
+      this.api.groups(),
+    ]);
+    return { friends, friendRequestsIn, friendRequestsOut, blocks, groups };
+  }
+
+  /** Asked after a connection attempt failed before its `hello`: is the token refused? */
+  async #checkAuth(): Promise<CourierError | undefined> {
+    try {
+      await this.api.userStream({ limit: 0 });
+      return undefined;
+    } catch (err) {
+      return err instanceof CourierError && err.status === 401 ? err : undefined;
+    }
+  }
+
+  /** A user-stream task: its failure is reported and tried again on the next trigger. */
+  #track(task: Promise<void>): void {
+    task.catch((err: unknown) => this.emit("syncError", asCourierError(err)));
+  }
+
+  #socketUrl(): string {
+    const base = (this.#options.wsUrl ?? this.#options.url.replace(/^http/, "ws")).replace(/\/+$/, "");
+    const query = `deviceId=${encodeURIComponent(this.#options.deviceId)}&token=${encodeURIComponent(this.#token)}`;
+    return `${base}/v1/ws?${query}${this.#options.presence ? "&presence=true" : ""}`;
+  }
+
+  /** Runs `task` after `ms`, unless the client closes first. */
+  #later(ms: number, task: () => void): void {
+    const timer = setTimeout(() => {
+      this.#timers.delete(timer);
+      task();
+    }, ms);
+    this.#timers.add(timer);
+  }
+
+  #setState(state: ClientState): void {
+    this.#state = state;
+    this.emit("state", state);
+  }
+}
+
+/** A fresh random `clientMsgId`: 32 hex digits. */
+export function newClientMsgId(): string {
+  const bytes = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function asCourierError(err: unknown): CourierError {
+  return err instanceof CourierError ? err : new CourierError("internal", String(err), { cause: err });
+}
+
+/** Runs at most `n` of the tasks given to it at once. */
+function limiter(n: number): <T>(task: () => Promise<T>) => Promise<T> {
+  let running = 0;
+  const waiting: (() => void)[] = [];
+  return async (task) => {
+    if (running >= n) await new Promise<void>((resolve) => waiting.push(resolve));
+    else running++;
+    try {
+      return await task();
+    } finally {
+      const next = waiting.shift();
+      if (next) next(); // the slot passes on
+      else running--;
+    }
+  };
+}

@@ -1,0 +1,260 @@
+import { backoffDelay, type BackoffOptions } from "./backoff.js";
+import { Emitter } from "./emitter.js";
+import type { CourierError } from "./errors.js";
+import type { HelloFrame, ServerFrame } from "./types.js";
+
+/**
+ * The part of the WebSocket API the SDK uses. The browsers' and Node's global `WebSocket`
+ * fit, and so does the `ws` package's. Handlers are assigned, not added.
+ */
+export interface WebSocketLike {
+  readonly readyState: number;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((event: any) => unknown) | null;
+  onmessage: ((event: any) => unknown) | null;
+  onclose: ((event: any) => unknown) | null;
+  onerror: ((event: any) => unknown) | null;
+}
+
+export type WebSocketConstructor = new (url: string) => WebSocketLike;
+
+/** Close codes after which the SDK does not reconnect by itself, with their reason. */
+export const FINAL_CLOSE_CODES: Readonly<Record<number, string>> = {
+  4001: "replaced",
+  4003: "token_revoked",
+  4004: "account_deleted",
+};
+
+export interface ConnectionOptions {
+  /** The full WebSocket URL, query included. */
+  url: () => string;
+  WebSocket: WebSocketConstructor;
+  /** Ping after this long without sending (default 60 000; less when the server's
+   * `heartbeatSecs` asks for it: two thirds of it at most). */
+  pingAfterMs: number;
+  /** A link that gets no frame at all this long after a ping is given up. */
+  pongTimeoutMs: number;
+  /** The `hello` frame must come this long after opening, else the attempt failed. */
+  handshakeTimeoutMs: number;
+  backoff: BackoffOptions;
+  random: () => number;
+  /**
+   * Asked after a link that failed before its `hello`: a browser cannot see why an upgrade
+   * was refused, so this asks the server over HTTP whether the token still works. An error
+   * it returns ends the connection for good.
+   */
+  checkAuth?: () => Promise<CourierError | undefined>;
+}
+
+export interface Down {
+  code: number;
+  reason: string;
+  /** Whether the link had got its `hello` (a session was open). */
+  hadSession: boolean;
+}
+
+export interface ConnectionEvents {
+  connecting: { attempt: number };
+  open: HelloFrame;
+  frame: ServerFrame;
+  pong: { rttMs: number };
+  down: Down;
+  waiting: { attempt: number; delayMs: number };
+  /** For good: the SDK does not reconnect by itself. */
+  closed: { reason: string; code?: number; error?: CourierError };
+}
+
+interface Link {
+  ws: WebSocketLike;
+  hello?: HelloFrame;
+  handshakeTimer?: ReturnType<typeof setTimeout>;
+  pingTimer?: ReturnType<typeof setTimeout>;
+  pongTimer?: ReturnType<typeof setTimeout>;
+  pingSentAt?: number;
+}
+
+/**
+ * One device's WebSocket, kept up: it opens the socket, waits for `hello`, pings after
+ * silence, gives up on a link that stopped answering, and reconnects with jittered
+ * exponential backoff — except after the close codes that say not to (`replaced`,
+ * `token_revoked`, `account_deleted`, or a `kicked` frame with one of them).
+ */
+export class Connection extends Emitter<ConnectionEvents> {
+  readonly #options: ConnectionOptions;
+  #state: "idle" | "connecting" | "open" | "waiting" | "closed" = "idle";
+  #link: Link | undefined;
+  #attempt = 0;
+  #retryTimer: ReturnType<typeof setTimeout> | undefined;
+  #kicked: string | undefined;
+  #pings = 0;
+
+  constructor(options: ConnectionOptions) {
+    super();
+    this.#options = options;
+  }
+
+  get state(): "idle" | "connecting" | "open" | "waiting" | "closed" {
+    return this.#state;
+  }
+
+  /** The `hello` of the open session, if one is open. */
+  get hello(): HelloFrame | undefined {
+    return this.#state === "open" ? this.#link?.hello : undefined;
+  }
+
+  /** Starts connecting (again, after a final close); does nothing while running. */
+  start(): void {
+    if (this.#state !== "idle" && this.#state !== "closed") return;
+    this.#kicked = undefined;
+    this.#attempt = 0;
+    this.#open();
+  }
+
+  /** Closes the socket (1000) and stops reconnecting. */
+  stop(reason = "closed_by_client"): void {
+    if (this.#state === "closed" || this.#state === "idle") {
+      this.#state = "closed";
+      return;
+    }
+    clearTimeout(this.#retryTimer);
+    const link = this.#link;
+    this.#link = undefined;
+    if (link) this.#dispose(link, 1000);
+    this.#finish(reason);
+  }
+
+  /** The session stayed up long enough: the next failure starts the backoff afresh. */
+  resetBackoff(): void {
+    this.#attempt = 0;
+  }
+
+  /** Sends one text frame on the open session; false when there is none. */
+  send(text: string): boolean {
+    const link = this.#link;
+    if (this.#state !== "open" || !link) return false;
+    try {
+      link.ws.send(text);
+    } catch {
+      return false;
+    }
+    this.#schedulePing(link);
+    return true;
+  }
+
+  #open(): void {
+    this.#state = "connecting";
+    this.emit("connecting", { attempt: this.#attempt });
+    let ws: WebSocketLike;
+    try {
+      ws = new this.#options.WebSocket(this.#options.url());
+    } catch (err) {
+      void this.#lost(undefined, { code: 1006, reason: String(err), hadSession: false });
+      return;
+    }
+    const link: Link = { ws };
+    this.#link = link;
+    ws.onmessage = (event: { data: unknown }) => this.#onMessage(link, event.data);
+    ws.onclose = (event: { code?: number; reason?: string }) => {
+      if (link !== this.#link) return;
+      this.#dispose(link);
+      void this.#lost(link, { code: event.code ?? 1006, reason: event.reason ?? "", hadSession: !!link.hello });
+    };
+    ws.onerror = () => {}; // a close event follows
+    link.handshakeTimer = setTimeout(() => this.#abandon(link, "handshake_timeout"), this.#options.handshakeTimeoutMs);
+  }
+
+  #onMessage(link: Link, data: unknown): void {
+    if (link !== this.#link) return;
+    clearTimeout(link.pongTimer);
+    link.pongTimer = undefined;
+    if (typeof data !== "string") return; // the server sends text frames only
+    let frame: ServerFrame;
+    try {
+      frame = JSON.parse(data) as ServerFrame;
+    } catch {
+      return;
+    }
+    switch (frame.type) {
+      case "hello":
+        clearTimeout(link.handshakeTimer);
+        link.hello = frame;
+        this.#state = "open";
+        this.#schedulePing(link);
+        this.emit("open", frame);
+        return;
+      case "kicked":
+        this.#kicked = frame.reason;
+        break;
+      case "pong":
+        if (link.pingSentAt !== undefined) this.emit("pong", { rttMs: Date.now() - link.pingSentAt });
+        break;
+    }
+    this.emit("frame", frame);
+  }
+
+  #schedulePing(link: Link): void {
+    clearTimeout(link.pingTimer);
+    const heartbeatMs = (link.hello?.heartbeatSecs ?? 90) * 1000;
+    const after = Math.min(this.#options.pingAfterMs, Math.floor((heartbeatMs * 2) / 3));
+    link.pingTimer = setTimeout(() => this.#ping(link), after);
+  }
+
+  #ping(link: Link): void {
+    if (link !== this.#link) return;
+    link.pingSentAt = Date.now();
+    if (!this.send(JSON.stringify({ type: "ping", id: `p${++this.#pings}` }))) return;
+    link.pongTimer ??= setTimeout(() => this.#abandon(link, "no_pong"), this.#options.pongTimeoutMs);
+  }
+
+  /** A link that stopped answering: drop it without waiting for its close. */
+  #abandon(link: Link, reason: string): void {
+    if (link !== this.#link) return;
+    this.#dispose(link, 1000);
+    void this.#lost(link, { code: 1006, reason, hadSession: !!link.hello });
+  }
+
+  #dispose(link: Link, closeCode?: number): void {
+    clearTimeout(link.handshakeTimer);
+    clearTimeout(link.pingTimer);
+    clearTimeout(link.pongTimer);
+    link.ws.onmessage = link.ws.onclose = link.ws.onerror = link.ws.onopen = null;
+    if (closeCode !== undefined) {
+      try {
+        link.ws.close(closeCode);
+      } catch {
+        // already closing
+      }
+    }
+  }
+
+  async #lost(link: Link | undefined, down: Down): Promise<void> {
+    if (link && link !== this.#link) return;
+    this.#link = undefined;
+    this.#state = "waiting";
+    this.emit("down", down);
+    const final = this.#kicked ?? FINAL_CLOSE_CODES[down.code];
+    if (final) {
+      this.#finish(final, down.code);
+      return;
+    }
+    if (!down.hadSession && this.#options.checkAuth) {
+      const refused = await this.#options.checkAuth();
+      if (this.#state !== "waiting" || this.#link) return; // stopped meanwhile
+      if (refused) {
+        this.#finish(refused.code, undefined, refused);
+        return;
+      }
+    }
+    const attempt = this.#attempt++;
+    const delayMs = backoffDelay(attempt, this.#options.backoff, this.#options.random);
+    this.emit("waiting", { attempt, delayMs });
+    this.#retryTimer = setTimeout(() => this.#open(), delayMs);
+  }
+
+  #finish(reason: string, code?: number, error?: CourierError): void {
+    clearTimeout(this.#retryTimer);
+    this.#state = "closed";
+    this.emit("closed", { reason, code, error });
+  }
+}

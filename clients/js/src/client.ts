@@ -254,8 +254,11 @@ export class CourierClient extends Emitter<ClientEvents> {
    * `clientMsgId` after 1 s, 2 s and 4 s, and on every new connection, and fails with
    * `timeout` 8 s after the last attempt; any other refusal fails it with the server's code.
    * The message is also emitted as a `message` event at its seq, in order with the others.
+   * Sends made before `connect()` or while reconnecting wait for the session; after a final
+   * close they fail at once with `closed`.
    */
   send(input: SendInput): Promise<SendAck> {
+    if (this.#state.state === "closed") return Promise.reject(this.#closedError(this.#state.reason));
     const outgoing: OutgoingSend = { ...input, clientMsgId: input.clientMsgId ?? newClientMsgId() };
     const sent = this.#outbox.submit(outgoing);
     void sent.then(
@@ -272,6 +275,7 @@ export class CourierClient extends Emitter<ClientEvents> {
     target: { conversationType: 1 | 2; conversationId?: number; peerId?: string },
     state: "typing" | "paused" | "stopped",
   ): Promise<SendAck> {
+    if (this.#state.state === "closed") return Promise.reject(this.#closedError(this.#state.reason));
     const input: OutgoingSend = { ...target, contentType: ContentType.typing, payload: { state }, clientMsgId: newClientMsgId() };
     return this.#outbox.submit(input, { once: true });
   }
@@ -306,7 +310,7 @@ export class CourierClient extends Emitter<ClientEvents> {
       this.#session++;
       for (const timer of this.#timers) clearTimeout(timer);
       this.#timers.clear();
-      this.#outbox.failAll(new CourierError("closed", `the client is closed (${reason})`, { reason }));
+      this.#outbox.failAll(this.#closedError(reason));
       this.#setState({ state: "closed", reason, code, error });
     });
     connection.on("pong", (pong) => this.emit("pong", pong));
@@ -500,6 +504,10 @@ export class CourierClient extends Emitter<ClientEvents> {
     const base = (this.#options.wsUrl ?? this.#options.url.replace(/^http/, "ws")).replace(/\/+$/, "");
     const query = `deviceId=${encodeURIComponent(this.#options.deviceId)}&token=${encodeURIComponent(this.#token)}`;
     return `${base}/v1/ws?${query}${this.#options.presence ? "&presence=true" : ""}`;
+  }
+
+  #closedError(reason: string): CourierError {
+    return new CourierError("closed", `the client is closed (${reason})`, { reason });
   }
 
   /** Runs `task` after `ms`, unless the client closes first. */

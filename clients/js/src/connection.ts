@@ -26,6 +26,9 @@ export const FINAL_CLOSE_CODES: Readonly<Record<number, string>> = {
   4004: "account_deleted",
 };
 
+/** How long a close event may follow an error event before the link is given up. */
+const ERROR_CLOSE_GRACE_MS = 1000;
+
 export interface ConnectionOptions {
   /** The full WebSocket URL, query included. */
   url: () => string;
@@ -71,6 +74,7 @@ interface Link {
   handshakeTimer?: ReturnType<typeof setTimeout>;
   pingTimer?: ReturnType<typeof setTimeout>;
   pongTimer?: ReturnType<typeof setTimeout>;
+  errorTimer?: ReturnType<typeof setTimeout>;
   pingSentAt?: number;
 }
 
@@ -160,7 +164,14 @@ export class Connection extends Emitter<ConnectionEvents> {
       this.#dispose(link);
       void this.#lost(link, { code: event.code ?? 1006, reason: event.reason ?? "", hadSession: !!link.hello });
     };
-    ws.onerror = () => {}; // a close event follows
+    // Browsers follow an error with a close; Node 20's WebSocket may not (a refused upgrade
+    // or connection fires only the error). Before the hello the attempt has failed; after
+    // it, the close is waited for a moment, to keep its code.
+    ws.onerror = () => {
+      if (link !== this.#link) return;
+      if (!link.hello) this.#abandon(link, "connect_failed");
+      else link.errorTimer ??= setTimeout(() => this.#abandon(link, "socket_error"), ERROR_CLOSE_GRACE_MS);
+    };
     link.handshakeTimer = setTimeout(() => this.#abandon(link, "handshake_timeout"), this.#options.handshakeTimeoutMs);
   }
 
@@ -218,6 +229,7 @@ export class Connection extends Emitter<ConnectionEvents> {
     clearTimeout(link.handshakeTimer);
     clearTimeout(link.pingTimer);
     clearTimeout(link.pongTimer);
+    clearTimeout(link.errorTimer);
     link.ws.onmessage = link.ws.onclose = link.ws.onerror = link.ws.onopen = null;
     if (closeCode !== undefined) {
       try {

@@ -14,7 +14,8 @@ export interface SeenFrame {
 }
 
 export type ClientFrameVerdict = "forward" | "cut";
-export type ServerFrameVerdict = "forward" | "drop" | "cut";
+/** `cutAfter`: this frame reaches the client, then the connection is cut. */
+export type ServerFrameVerdict = "forward" | "drop" | "cut" | "cutAfter";
 
 interface Relay {
   id: number;
@@ -119,13 +120,16 @@ export class Link {
           const verdict = this.onServerFrame({ connection: relay.id, json: piece.json });
           if (verdict === "drop") continue;
           if (verdict === "cut") return this.#cut(relay);
+          if (verdict === "cutAfter") {
+            client.end(piece.raw); // flushed, then the socket closes
+            return this.#cut(relay, false);
+          }
         }
         client.write(piece.raw);
       }
     });
     client.on("close", () => {
       if (!relay.cut) server.end();
-      this.#relays.delete(relay);
     });
     server.on("close", () => {
       client.destroy();
@@ -134,10 +138,10 @@ export class Link {
     client.resume();
   }
 
-  #cut(relay: Relay): void {
+  #cut(relay: Relay, destroy = true): void {
     if (relay.cut) return;
     relay.cut = true;
-    relay.client.destroy();
+    if (destroy) relay.client.destroy();
     // The server side stays open, unread: the server learns nothing until the device's next
     // connection replaces this one, or its heartbeat lapses.
     relay.server?.pause();

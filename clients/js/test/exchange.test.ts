@@ -84,3 +84,34 @@ test("two clients exchange messages both ways, each seen once and in order", asy
   assert.deepEqual(alice.errors, []);
   assert.deepEqual(bob.errors, []);
 });
+
+test("a recall, typing and a read receipt reach the peer as events", async () => {
+  const sent = (await alice.client.send({ conversationType: 1, peerId: "bob", ...text("oops") })) as StoredAck;
+  const { conversationId } = sent;
+  const recalls: unknown[] = [];
+  const typing: unknown[] = [];
+  const reads: unknown[] = [];
+  bob.client.on("recall", (r) => recalls.push(r));
+  bob.client.on("typing", (t) => typing.push(t));
+  alice.client.on("read", (r) => reads.push(r));
+
+  const recall = (await alice.client.send({ conversationType: 1, conversationId, contentType: 4, payload: { seq: sent.seq } })) as StoredAck;
+  await eventually([bob], () => recalls.length >= 1, "the recall event");
+  assert.deepEqual(recalls, [{ conversationId, conversationType: 1, seq: recall.seq, targetSeq: sent.seq, senderId: "alice" }]);
+  assert.equal(bob.messages.at(-1)?.seq, recall.seq, "the recall is itself a message, in its place");
+  const page = await bob.client.api.messagesAfter(conversationId, sent.seq - 1);
+  assert.equal(page.messages[0]!.payload, null, "a pull shows the original hidden");
+  assert.equal(page.messages[0]!.recalledBy, recall.seq);
+
+  const ack = await alice.client.typing({ conversationType: 1, conversationId }, "typing");
+  assert.ok("live" in ack && ack.delivered >= 1);
+  await eventually([bob], () => typing.length >= 1, "the typing event");
+  assert.deepEqual(typing, [{ conversationId, conversationType: 1, userId: "alice", state: "typing" }]);
+
+  const position = await bob.client.markRead(conversationId, recall.seq);
+  assert.equal(position.readSeq, recall.seq);
+  assert.equal(position.unread, 0);
+  await eventually([alice], () => reads.length >= 1, "bob's read receipt at alice");
+  assert.deepEqual(reads, [{ conversationId, userId: "bob", readSeq: recall.seq }]);
+  assert.equal(bob.client.conversations.find((c) => c.conversationId === conversationId)?.readSeq, recall.seq);
+});

@@ -4,6 +4,7 @@
 
 import {
   CourierClient,
+  type ClientEvents,
   type ClientOptions,
   type ClientState,
   type Message,
@@ -15,7 +16,22 @@ import type { TestServer } from "./server.js";
 /** Safety net of every wait: far beyond what a busy 2-core machine needs. */
 export const DEADLINE_MS = 60_000;
 
-const EVENTS = ["state", "message", "userEvent", "snapshot", "conversation", "read", "pong", "syncError"] as const;
+/** Every event of the client (the compiler checks that none is missing). */
+const EVENT_NAMES: Record<keyof ClientEvents, true> = {
+  state: true,
+  message: true,
+  recall: true,
+  read: true,
+  typing: true,
+  live: true,
+  presence: true,
+  conversation: true,
+  userEvent: true,
+  snapshot: true,
+  pong: true,
+  syncError: true,
+};
+const EVENTS = Object.keys(EVENT_NAMES) as (keyof ClientEvents)[];
 
 /** A client and what it emitted, in order. */
 export class Recorded {

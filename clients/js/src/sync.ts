@@ -158,7 +158,8 @@ export class UserStreamSync {
     return this.#run(async () => {
       const cursor = this.#cursor;
       if (!cursor) return this.#sync();
-      if (event.epoch !== cursor.epoch) return this.#sync("epoch_changed");
+      if (event.epoch < cursor.epoch) return; // from before a reset this client already followed
+      if (event.epoch > cursor.epoch) return this.#sync("epoch_changed");
       if (event.seq <= cursor.seq) return;
       if (event.seq > cursor.seq + 1) return this.#sync();
       this.#apply(cursor.epoch, event);

@@ -144,6 +144,10 @@ describe("user stream sync", () => {
     await sync.catchUp();
     assert.deepEqual(seen.slice(2), ["snapshot resync_required 2", "event 2.1"]);
     assert.deepEqual(await store.getUserStream(), { epoch: 2, seq: 1 });
+    const asked = queries.length;
+    await sync.push({ epoch: 1, seq: 4, event: "friend.added", serverTime: 4, data: {} });
+    assert.equal(queries.length, asked, "a late push of the old epoch is ignored: no rebuild");
+    assert.equal(seen.length, 4);
     assert.deepEqual(queries, [
       JSON.stringify({ epoch: 1, afterSeq: 1 }),
       JSON.stringify({ epoch: 1, afterSeq: 3 }),

@@ -436,7 +436,14 @@ export class CourierClient extends Emitter<ClientEvents> {
     if (!known || message.seq > known.lastSeq) this.#refresh(message.conversationId);
   }
 
+  /** Keeps the newest view of an entry: answers that overtook each other never move it back. */
   #setConversation(conversation: Conversation): void {
+    const known = this.#overview.get(conversation.conversationId);
+    const older =
+      known &&
+      (conversation.lastSeq < known.lastSeq ||
+        (conversation.lastSeq === known.lastSeq && conversation.readSeq < known.readSeq));
+    if (older) return;
     this.#overview.set(conversation.conversationId, conversation);
     this.emit("conversation", conversation);
   }

@@ -124,7 +124,12 @@ test("a send never answered fails after its last resend, with the message stored
     await assert.rejects(sent, (err: unknown) => err instanceof CourierError && err.code === "timeout");
     assert.equal(frames.length, 3, "three attempts");
     assert.equal(hasty.client.pending.length, 0);
-    const [conversation] = (await hasty.client.api.conversations()).conversations;
+    // The server may still be answering the last attempt: wait until it holds the message.
+    const [conversation] = await poll(
+      "the conversation exists",
+      async () => (await hasty.client.api.conversations()).conversations,
+      (list) => list.length === 1 && list[0]!.lastSeq >= 1,
+    );
     const page = await hasty.client.api.messagesAfter(conversation!.conversationId, 0);
     assert.deepEqual(
       page.messages.map((m) => (m.payload as { text: string }).text),

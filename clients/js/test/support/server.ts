@@ -33,6 +33,12 @@ export interface TestServer {
   log(): string;
 }
 
+// A test process stopped by a signal takes its servers with it (an exception already does,
+// through the "exit" hook of each server).
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => process.exit(signal === "SIGINT" ? 130 : 143));
+}
+
 export function courierBin(): string {
   return process.env.COURIER_BIN || path.resolve(CLIENT_DIR, "../../target/release/courier");
 }
@@ -70,20 +76,22 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   const record = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-20_000);
   };
-  let child: ChildProcess;
+  let child: ChildProcess | undefined;
 
   const launch = async (): Promise<string> => {
     const env: NodeJS.ProcessEnv = {};
     for (const [key, value] of Object.entries(process.env)) {
       if (!(key.startsWith("COURIER_") && key.includes("__"))) env[key] = value;
     }
-    child = spawn(bin, ["serve", "-c", configPath], { env, stdio: ["ignore", "pipe", "pipe"] });
-    child.stderr!.on("data", record);
+    const started = spawn(bin, ["serve", "-c", configPath], { env, stdio: ["ignore", "pipe", "pipe"] });
+    child = started;
+    started.stderr!.on("data", record);
+
     // "listening on 127.0.0.1:PORT" is the first line on stdout (port 0 picks a free one).
     return new Promise<string>((resolve, reject) => {
       let stdout = "";
       const timer = setTimeout(() => reject(new Error(`the server did not start in 120 s:\n${output}`)), 120_000);
-      child.stdout!.on("data", (chunk: Buffer) => {
+      started.stdout!.on("data", (chunk: Buffer) => {
         record(chunk);
         stdout += chunk.toString();
         const match = /listening on (\S+)/.exec(stdout);
@@ -92,12 +100,19 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
           resolve(match[1]!);
         }
       });
-      child.once("exit", (code) => {
+      started.once("exit", (code) => {
         clearTimeout(timer);
         reject(new Error(`the server exited (${code}) before listening:\n${output}`));
       });
     });
   };
+
+  // If the test process ends without stop(), the server and its files go with it.
+  const cleanUp = () => {
+    child?.kill("SIGKILL");
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.once("exit", cleanUp);
 
   const address = await launch();
   const [host, portText] = address.split(":") as [string, string];
@@ -106,10 +121,11 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   await waitHealthy(url, () => output);
 
   const stopProcess = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    child.kill("SIGTERM");
-    const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+    const running = child;
+    if (!running || running.exitCode !== null || running.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => running.once("exit", () => resolve()));
+    running.kill("SIGTERM");
+    const timer = setTimeout(() => running.kill("SIGKILL"), 15_000);
     await exited;
     clearTimeout(timer);
   };
@@ -142,6 +158,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     },
     async stop() {
       await stopProcess();
+      process.off("exit", cleanUp);
       rmSync(dir, { recursive: true, force: true });
     },
     log: () => output,

@@ -328,7 +328,8 @@ export class CourierClient extends Emitter<ClientEvents> {
         return;
       case "notify":
         if (frame.conversationType === 0) {
-          this.#track(this.#users.push(frame));
+          const { type: _type, ...event } = frame;
+          this.#pushUserEvent(event);
         } else if ("seq" in frame && typeof frame.seq === "number") {
           this.#pushMessage(frame);
         } else if (frame.contentType === ContentType.typing) {
@@ -363,6 +364,18 @@ export class CourierClient extends Emitter<ClientEvents> {
       if (retry >= MAX_SYNC_RETRIES || this.#state.state === "closed") return;
       this.#later(backoffDelay(retry, this.#backoff, this.#random), () => this.#pushMessage(message, retry + 1));
     });
+  }
+
+  /** A pushed user-stream event; after a failure the stream is pulled again with backoff. */
+  #pushUserEvent(event: UserEvent): void {
+    const retry = (attempt: number) => (err: unknown) => {
+      this.emit("syncError", asCourierError(err));
+      if (attempt >= MAX_SYNC_RETRIES || this.#state.state === "closed") return;
+      this.#later(backoffDelay(attempt, this.#backoff, this.#random), () => {
+        this.#users.catchUp().catch(retry(attempt + 1));
+      });
+    };
+    this.#users.push(event).catch(retry(0));
   }
 
   #ownMessage(input: OutgoingSend, ack: StoredAck): void {
@@ -502,10 +515,6 @@ export class CourierClient extends Emitter<ClientEvents> {
     }
   }
 
-  /** A user-stream task: its failure is reported and tried again on the next trigger. */
-  #track(task: Promise<void>): void {
-    task.catch((err: unknown) => this.emit("syncError", asCourierError(err)));
-  }
 
   #socketUrl(): string {
     const base = (this.#options.wsUrl ?? this.#options.url.replace(/^http/, "ws")).replace(/\/+$/, "");

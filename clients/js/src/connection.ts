@@ -117,10 +117,7 @@ export class Connection extends Emitter<ConnectionEvents> {
 
   /** Closes the socket (1000) and stops reconnecting. */
   stop(reason = "closed_by_client"): void {
-    if (this.#state === "closed" || this.#state === "idle") {
-      this.#state = "closed";
-      return;
-    }
+    if (this.#state === "closed") return;
     clearTimeout(this.#retryTimer);
     const link = this.#link;
     this.#link = undefined;

@@ -7,6 +7,7 @@ import { describe, test } from "node:test";
 import {
   backoffDelay,
   ConversationSync,
+  CourierClient,
   CourierError,
   MemoryCursorStore,
   UserStreamSync,
@@ -201,5 +202,21 @@ describe("outbox", () => {
       (e: unknown) => e instanceof CourierError && e.code === "frame_too_large",
     );
     assert.equal(sent.length, count);
+  });
+});
+
+describe("client", () => {
+  test("a send before connect() waits in the outbox; close() fails it with closed", async () => {
+    const client = new CourierClient({ url: "http://127.0.0.1:9", token: "t", deviceId: "d" });
+    const sent = client.send({ conversationType: 1, peerId: "b", contentType: 1, payload: { text: "x" } });
+    assert.equal(client.pending.length, 1);
+    assert.match(client.pending[0]!.clientMsgId, /^[0-9a-f]{32}$/, "a fresh random clientMsgId");
+    client.close();
+    await assert.rejects(sent, (e: unknown) => e instanceof CourierError && e.code === "closed");
+    assert.deepEqual(client.state, { state: "closed", reason: "closed_by_client", code: undefined, error: undefined });
+    await assert.rejects(
+      client.send({ conversationType: 1, peerId: "b", contentType: 1, payload: { text: "y" } }),
+      (e: unknown) => e instanceof CourierError && e.code === "closed",
+    );
   });
 });

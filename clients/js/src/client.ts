@@ -1,11 +1,13 @@
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffOptions } from "./backoff.js";
 import { Connection, type WebSocketConstructor } from "./connection.js";
 import { Emitter } from "./emitter.js";
+import type { ClientEvents, ClientState, UserEvent } from "./events.js";
 import { CourierError } from "./errors.js";
 import { Api, type FetchLike } from "./http.js";
 import { DEFAULT_ACK_TIMEOUTS_MS, Outbox, type OutgoingSend } from "./outbox.js";
+import { Overview } from "./overview.js";
 import { MemoryCursorStore, type CursorStore, type UserStreamCursor } from "./store.js";
-import { ConversationSync, UserStreamSync, type Snapshot, type SnapshotReason } from "./sync.js";
+import { ConversationSync, UserStreamSync, type Snapshot } from "./sync.js";
 import {
   ContentType,
   type Conversation,
@@ -17,7 +19,6 @@ import {
   type SendInput,
   type ServerFrame,
   type StoredAck,
-  type UserStreamEvent,
 } from "./types.js";
 
 export interface ClientOptions {
@@ -56,77 +57,6 @@ export interface ClientOptions {
   random?: () => number;
 }
 
-/** Where the client is; every change is a `state` event. */
-export type ClientState =
-  | { state: "idle" }
-  | { state: "connecting"; attempt: number }
-  /** The session is open (`hello` received); catching up. Pushes are applied meanwhile. */
-  | { state: "syncing"; hello: HelloFrame }
-  /** Caught up: every message the server had when the session opened was emitted. */
-  | { state: "online"; hello: HelloFrame }
-  /** The connection was lost (`code`, `reason`); the next attempt is in `delayMs`. */
-  | { state: "waiting"; attempt: number; delayMs: number; code: number; reason: string }
-  /** For good: closed by `close()` (`closed_by_client`), or `replaced`, `token_revoked`,
-   * `account_deleted`, `unauthorized`. `connect()` starts again. */
-  | { state: "closed"; reason: string; code?: number; error?: CourierError };
-
-export interface RecallEvent {
-  conversationId: number;
-  conversationType: 1 | 2 | 3;
-  /** The recall's own seq. */
-  seq: number;
-  /** The seq of the message to hide. */
-  targetSeq: number;
-  senderId: string;
-}
-
-export interface ReadEvent {
-  conversationId: number;
-  userId: string;
-  readSeq: number;
-  /** Present when the user is you (another of your devices read). */
-  unread?: number;
-}
-
-export interface TypingEvent {
-  conversationId: number;
-  conversationType: 1 | 2 | 3;
-  userId: string;
-  state: string;
-}
-
-export interface PresenceEvent {
-  userId: string;
-  online: boolean;
-  serverTime: number;
-}
-
-export type UserEvent = UserStreamEvent & { epoch: number };
-export type SnapshotEvent = Snapshot & { reason: SnapshotReason; epoch: number };
-
-export interface ClientEvents {
-  state: ClientState;
-  /** Every stored message (recalls and tips included), once, in seq order per conversation. */
-  message: Message;
-  /** After the `message` of a recall: hide message `targetSeq`. */
-  recall: RecallEvent;
-  /** A read position moved (yours on another device, or a peer's receipt). */
-  read: ReadEvent;
-  typing: TypingEvent;
-  /** Any other live kind (call signals): never stored, never pulled. */
-  live: LiveFrame;
-  presence: PresenceEvent;
-  /** An overview entry, as the server has it now. */
-  conversation: Conversation;
-  /** A user-stream event, in seq order within its epoch. */
-  userEvent: UserEvent;
-  /** Load this state in whole: it replaces what the user-stream events built. */
-  snapshot: SnapshotEvent;
-  pong: { rttMs: number };
-  /** A sync step failed; the SDK retries by itself. For logs. */
-  syncError: CourierError;
-}
-
 const PULL_CONCURRENCY = 4;
 const MAX_SYNC_RETRIES = 20;
 
@@ -144,8 +74,7 @@ export class CourierClient extends Emitter<ClientEvents> {
   readonly #outbox: Outbox;
   readonly #conversations: ConversationSync;
   readonly #users: UserStreamSync;
-  readonly #overview = new Map<number, Conversation>();
-  readonly #refreshing = new Map<number, { again: boolean }>();
+  readonly #overview: Overview;
   /** Retries waiting to run; cleared on a final close. */
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   readonly #backoff: BackoffOptions;
@@ -194,6 +123,12 @@ export class CourierClient extends Emitter<ClientEvents> {
       pull: (id, afterSeq) => this.api.messagesAfter(id, afterSeq, pullPageSize),
       emit: (message) => this.#deliver(message),
     });
+    this.#overview = new Overview({
+      load: (id) => this.api.conversation(id),
+      emit: (conversation) => this.emit("conversation", conversation),
+      failed: (err) => this.emit("syncError", asCourierError(err)),
+      active: () => this.#state.state !== "closed",
+    });
     this.#users = new UserStreamSync({
       store: this.#store,
       pull: (query) => this.api.userStream({ ...query, limit: query.limit ?? pullPageSize }),
@@ -215,7 +150,7 @@ export class CourierClient extends Emitter<ClientEvents> {
 
   /** The overview as last told by the server, most recently active first. */
   get conversations(): Conversation[] {
-    return [...this.#overview.values()].sort((a, b) => b.lastTime - a.lastTime);
+    return this.#overview.list();
   }
 
   /** The sends waiting for their ack, oldest first. */
@@ -283,7 +218,7 @@ export class CourierClient extends Emitter<ClientEvents> {
   /** Moves your read position (forward only) and updates the overview entry. */
   async markRead(conversationId: number, seq: number): Promise<ReadPosition> {
     const position = await this.api.markRead(conversationId, seq);
-    this.#updateReadPosition(conversationId, position.readSeq, position.unread);
+    this.#overview.read(conversationId, position.readSeq, position.unread);
     return position;
   }
 
@@ -342,7 +277,7 @@ export class CourierClient extends Emitter<ClientEvents> {
         return;
       case "read": {
         const { conversationId, userId, readSeq, unread } = frame;
-        if (userId === this.#userId && unread !== undefined) this.#updateReadPosition(conversationId, readSeq, unread);
+        if (userId === this.#userId && unread !== undefined) this.#overview.read(conversationId, readSeq, unread);
         this.emit("read", unread === undefined ? { conversationId, userId, readSeq } : { conversationId, userId, readSeq, unread });
         return;
       }
@@ -421,7 +356,7 @@ export class CourierClient extends Emitter<ClientEvents> {
       for (let page = 0; page < 100_000; page++) {
         const result = await this.api.conversations(pageSize, cursor);
         for (const conversation of result.conversations) {
-          this.#setConversation(conversation);
+          this.#overview.set(conversation);
           const { conversationId, lastSeq } = conversation;
           pulls.push(limit(() => this.#conversations.catchUp(conversationId, lastSeq)));
         }
@@ -445,53 +380,7 @@ export class CourierClient extends Emitter<ClientEvents> {
         this.emit("recall", { conversationId, conversationType, seq, targetSeq, senderId });
       }
     }
-    const known = this.#overview.get(message.conversationId);
-    if (!known || message.seq > known.lastSeq) this.#refresh(message.conversationId);
-  }
-
-  /** Keeps the newest view of an entry: answers that overtook each other never move it back. */
-  #setConversation(conversation: Conversation): void {
-    const known = this.#overview.get(conversation.conversationId);
-    const older =
-      known &&
-      (conversation.lastSeq < known.lastSeq ||
-        (conversation.lastSeq === known.lastSeq && conversation.readSeq < known.readSeq));
-    if (older) return;
-    this.#overview.set(conversation.conversationId, conversation);
-    this.emit("conversation", conversation);
-  }
-
-  #updateReadPosition(conversationId: number, readSeq: number, unread: number): void {
-    const known = this.#overview.get(conversationId);
-    if (!known) return this.#refresh(conversationId);
-    if (readSeq < known.readSeq) return;
-    this.#setConversation({ ...known, readSeq, unread });
-  }
-
-  /** Reloads one overview entry; calls while one is running make it run once more after. */
-  #refresh(conversationId: number): void {
-    const running = this.#refreshing.get(conversationId);
-    if (running) {
-      running.again = true;
-      return;
-    }
-    const state = { again: false };
-    this.#refreshing.set(conversationId, state);
-    void (async () => {
-      try {
-        for (let round = 0; round < 100; round++) {
-          state.again = false;
-          const conversation = await this.api.conversation(conversationId);
-          if (this.#state.state === "closed") return;
-          this.#setConversation(conversation);
-          if (!state.again) return;
-        }
-      } catch (err) {
-        this.emit("syncError", asCourierError(err));
-      } finally {
-        this.#refreshing.delete(conversationId);
-      }
-    })();
+    this.#overview.message(message);
   }
 
   async #loadSnapshot(): Promise<Snapshot> {

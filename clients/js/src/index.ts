@@ -1,7 +1,7 @@
 export { CourierClient, newClientMsgId } from "./client.js";
+export type { ClientOptions } from "./client.js";
 export type {
   ClientEvents,
-  ClientOptions,
   ClientState,
   PresenceEvent,
   ReadEvent,
@@ -9,7 +9,7 @@ export type {
   SnapshotEvent,
   TypingEvent,
   UserEvent,
-} from "./client.js";
+} from "./events.js";
 export { Api, login, register } from "./http.js";
 export type { ApiOptions, FetchLike, FetchResponseLike } from "./http.js";
 export { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";

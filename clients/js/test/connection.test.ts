@@ -7,6 +7,7 @@ import { after, before, test } from "node:test";
 
 import { CourierError, type StoredAck } from "../src/index.js";
 import { client, eventually, online, text, type Recorded } from "./support/clients.js";
+import { Link } from "./support/link.js";
 import { startServer, type TestServer } from "./support/server.js";
 
 const HEARTBEAT_SECS = 3;
@@ -64,6 +65,27 @@ test("replaced (4001): the older client stops for good, the newer stays", async 
   const ack = (await second.client.send({ conversationType: 1, peerId: "quiet", ...text("still here") })) as StoredAck;
   assert.equal(ack.seq, 1);
   assert.equal(second.client.state.state, "online");
+});
+
+test("a kicked frame alone stops the client, even when the close code never arrives", async () => {
+  const token = await server.register("kicked");
+  const link = await Link.start(server);
+  try {
+    // The link delivers the kicked frame, then the connection dies without a close frame.
+    link.onServerFrame = ({ json }) => (json?.type === "kicked" ? "cutAfter" : undefined);
+    const first = client(server, { token, deviceId: "kicked-phone", wsUrl: link.wsUrl });
+    opened.push(first);
+    first.client.connect();
+    await online([first]);
+    const second = open(token, "kicked-phone");
+    second.client.connect();
+    await eventually([first], () => first.client.state.state === "closed", "the first client closed");
+    assert.deepEqual(first.client.state, { state: "closed", reason: "replaced", code: 1006, error: undefined });
+    assert.ok(!first.stateNames().includes("waiting"));
+    assert.equal(link.accepted, 1, "no new connection was tried");
+  } finally {
+    await link.close();
+  }
 });
 
 test("token_revoked (4003) and account_deleted (4004) stop the client", async () => {

@@ -325,9 +325,10 @@ async fn pull_missed(addr: &str, tag: &str) -> f64 {
     percentile(&times, 0.5)
 }
 
-/// Typing (a `latest` kind) from 16 senders to online peers, window 64: acked per second
-/// and notifies the peers received.
-async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
+/// A live kind from 16 senders to online peers, window 64: acked per second and notifies
+/// the peers received. Typing (`latest`) is coalesced while a peer's queue holds one;
+/// call signalling (`live`) is delivered whole.
+async fn live(addr: &str, tag: &str, secs: f64, content_type: u32, payload: &Value) -> (f64, u64) {
     const PAIRS: usize = 16;
     let received = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
@@ -353,6 +354,7 @@ async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
         }));
         let addr = addr.to_string();
         let acked = acked.clone();
+        let payload = payload.clone();
         tasks.push(tokio::spawn(async move {
             let mut ws = connect(&addr, &a, "s").await;
             let to = json!({"conversationId": cid});
@@ -362,8 +364,8 @@ async fn live(addr: &str, tag: &str, secs: f64) -> (f64, u64) {
                     ws.feed(frame(
                         &format!("ty{sent}"),
                         &to,
-                        5,
-                        json!({"state": "typing"}),
+                        content_type,
+                        payload.clone(),
                     ))
                     .await
                     .unwrap();
@@ -876,7 +878,8 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
     }
     if phase("live") {
         let cpu = CpuMeter::start(pid);
-        let (rate, recv) = live(&server.addr, "live", secs).await;
+        let typing = json!({"state": "typing"});
+        let (rate, recv) = live(&server.addr, "live", secs, 5, &typing).await;
         out.record(
             name,
             pid,
@@ -884,6 +887,21 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             format!("{rate:.0} acked/s ({recv} pushes received, coalesced)"),
             // Per send the server handled (most pushes are coalesced away).
             cpu.per((rate * secs) as u64),
+        );
+        // Call signalling: every signal is delivered, none coalesced.
+        let cpu = CpuMeter::start(pid);
+        let call = json!({"action": "invite", "callId": "c-1", "media": "audio"});
+        let (rate, recv) = live(&server.addr, "sig", secs, 6, &call).await;
+        let per = cpu.per(recv);
+        out.record(
+            name,
+            pid,
+            "signal",
+            format!(
+                "{rate:.0} acked/s, {recv} delivered: {:.0} delivered per server CPU-second",
+                1e6 / per.server.max(f64::MIN_POSITIVE)
+            ),
+            per,
         );
     }
     if phase("group") {
@@ -1038,6 +1056,10 @@ fn main() {
         ),
         ("pull", "pull 1,000 missed messages (2 pages), median"),
         ("live", "typing (latest), 16 senders"),
+        (
+            "signal",
+            "call signalling (rtc-call, live), 16 senders; CPU per delivered signal",
+        ),
         (
             "group",
             "group fan-out, 1,000 members online, 10 msgs/s, until every device has it, p50 / p99 / max",

@@ -19,6 +19,7 @@ pub const SEND_ACK_SECONDS: &str = "courier_send_ack_seconds";
 pub const COMMIT_BATCH_OPS: &str = "courier_commit_batch_ops";
 pub const COMMIT_SECONDS: &str = "courier_commit_seconds";
 pub const COMMIT_FAILURES: &str = "courier_commit_failures_total";
+pub const COMMIT_PATHS: &str = "courier_commit_paths_total";
 pub const OUTBOX_FRAMES: &str = "courier_outbox_frames";
 pub const OUTBOX_BYTES: &str = "courier_outbox_bytes";
 pub const OUTBOX_DROPPED: &str = "courier_outbox_dropped_total";
@@ -135,6 +136,12 @@ pub const SERIES: &[Series] = &[
         Counter,
         &[],
         "commit batches the database did not accept (every op in them answered store_unavailable)",
+    ),
+    series(
+        COMMIT_PATHS,
+        Counter,
+        &["path"],
+        "commit batches by how they were decided: remembered (from the heads the committer kept, one statement), stale (those heads had moved: run again from the rows), locked (from the rows, read under their locks)",
     ),
     series(
         OUTBOX_FRAMES,
@@ -343,6 +350,8 @@ struct Hot {
     dropped_latest: metrics::Counter,
     dropped_droppable: metrics::Counter,
     commit_failures: metrics::Counter,
+    /// `COMMIT_PATHS` by `CommitPath`.
+    commit_paths: [metrics::Counter; 3],
     /// `PULL_SECONDS` by `Pulled`.
     pulls: [metrics::Histogram; 3],
     /// `SENDS` by content type and outcome, as they come.
@@ -367,6 +376,8 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
         dropped_latest: metrics::counter!(OUTBOX_DROPPED, "class" => "latest"),
         dropped_droppable: metrics::counter!(OUTBOX_DROPPED, "class" => "droppable"),
         commit_failures: metrics::counter!(COMMIT_FAILURES),
+        commit_paths: ["remembered", "stale", "locked"]
+            .map(|path| metrics::counter!(COMMIT_PATHS, "path" => path)),
         pulls: ["messages", "user_stream", "overview"]
             .map(|what| metrics::histogram!(PULL_SECONDS, "what" => what)),
         sends: Default::default(),
@@ -434,6 +445,22 @@ pub fn commit(ops: usize, took: Duration, failed: bool) {
     if failed {
         HOT.commit_failures.increment(1);
     }
+}
+
+/// How a commit batch was decided.
+#[derive(Debug, Clone, Copy)]
+pub enum CommitPath {
+    /// From the heads its committer remembered, written by one statement.
+    Remembered,
+    /// A remembered head had moved: nothing was written, the batch ran again locked.
+    Stale,
+    /// From the rows, read under their locks.
+    Locked,
+}
+
+/// A commit batch decided one way (a stale one is counted twice: stale, then locked).
+pub fn commit_path(path: CommitPath) {
+    HOT.commit_paths[path as usize].increment(1);
 }
 
 /// A frame an outbox dropped, by the frame's delivery class.

@@ -53,9 +53,12 @@ fn cargo() -> Command {
 }
 
 /// The `courier` binary under test, with no COURIER_* settings from the environment but
-/// the log filter (only the test's config speaks).
+/// the log filter (only the test's config speaks). `BENCH_SERVER_BIN` names another build
+/// of it, for a benchmark that compares two.
 pub fn courier() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_courier"));
+    let bin = std::env::var_os("BENCH_SERVER_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_courier").into());
+    let mut cmd = Command::new(bin);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("COURIER_") && key != "COURIER_LOG" {
             cmd.env_remove(key);

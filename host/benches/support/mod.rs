@@ -394,10 +394,14 @@ pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f6
     let batches = moved("courier_commit_seconds_count");
     let ops = moved("courier_commit_batch_ops_sum");
     let within = |le: &str| moved(&format!("courier_commit_seconds_bucket{{le=\"{le}\"}}"));
+    let path = |p: &str| moved(&format!("courier_commit_paths_total{{path=\"{p}\"}}"));
     format!(
-        "{batches:.0} commits of {:.1} ops on average; {:.0} over 5 ms, {:.0} over 10 ms; \
-         mean commit {:.2} ms",
+        "{batches:.0} commits of {:.1} ops on average ({:.0} from remembered heads, {:.0} \
+         locked, {:.0} stale); {:.0} over 5 ms, {:.0} over 10 ms; mean commit {:.2} ms",
         ops / batches.max(1.0),
+        path("remembered"),
+        path("locked"),
+        path("stale"),
         batches - within("0.005"),
         batches - within("0.01"),
         moved("courier_commit_seconds_sum") * 1000.0 / batches.max(1.0),

@@ -11,13 +11,14 @@ use sqlx::AnyConnection;
 use super::rules::{SendView, may_send};
 use crate::protocol::Refused;
 use crate::store::batch::{
-    BatchError, Found, Head, Members, Pair, Pending, RecipientCache, Stored, acc_at, committing,
-    complete, create_pairs, lock_first, pair, read_position, recall_target, recalled_counting,
-    write,
+    BatchError, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored, acc_at,
+    committing, complete, create_pairs, lock_first, pair, read_position, recall_target,
+    recalled_counting, write,
 };
 use crate::store::social::blocked_pairs;
 use crate::store::sync::unread;
-use crate::store::{BatchTx, Dialect, Store};
+use crate::store::{BatchTx, Dialect, Store, Writer};
+use crate::telemetry::{self, CommitPath};
 
 /// Where a message goes: a known conversation, or the private conversation with a peer
 /// (created by the first message between the two).
@@ -118,22 +119,192 @@ pub struct BatchContext<'a> {
 
 /// Runs `ops` in one transaction, in order; one outcome per op. A refused op does not
 /// stop the others. On `Err` nothing was written.
+///
+/// When `known` remembers every conversation the ops touch (their heads and members, as
+/// the committer's last batch of each left them), the batch is decided from that and
+/// written by one statement that checks each head's last seq and version are unchanged —
+/// one round trip, no lock taken before it. When one moved (another writer, a change of
+/// members), nothing was written, and the batch runs again from the rows, under their
+/// locks.
 pub async fn commit(
     store: &Store,
+    writer: &mut Writer,
+    known: &mut Known,
     ops: &[Op],
     ctx: &BatchContext<'_>,
 ) -> Result<Vec<Outcome>, BatchError> {
-    let attempt = async {
-        let mut tx = store.begin_batch().await?;
-        let (outcomes, committed) = run(store.dialect(), &mut tx, ops, ctx).await?;
-        tx.finish(committed).await.map_err(committing)?;
-        Ok(outcomes)
-    };
-    attempt.await.inspect_err(|e: &BatchError| {
+    if let Some(remembered) = known.take(ops) {
+        match attempt(store, writer, ops, ctx, Some(remembered)).await {
+            Ok((outcomes, decided)) => {
+                telemetry::commit_path(CommitPath::Remembered);
+                known.keep(decided);
+                return Ok(outcomes);
+            }
+            Err(BatchError::Stale | BatchError::Conflict) => {
+                telemetry::commit_path(CommitPath::Stale);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    telemetry::commit_path(CommitPath::Locked);
+    known.forget(ops);
+    let (outcomes, decided) = attempt(store, writer, ops, ctx, None).await?;
+    known.keep(decided);
+    Ok(outcomes)
+}
+
+/// One attempt at a batch: decided from `remembered` (heads checked by its write), or from
+/// the rows read under their locks.
+async fn attempt(
+    store: &Store,
+    writer: &mut Writer,
+    ops: &[Op],
+    ctx: &BatchContext<'_>,
+    remembered: Option<Decided>,
+) -> Result<(Vec<Outcome>, Decided), BatchError> {
+    let tx = store.begin_batch(writer, remembered.is_none()).await;
+    let result = async {
+        let mut tx = tx?;
+        match run(store.dialect(), &mut tx, ops, ctx, remembered).await {
+            Ok((outcomes, decided, committed)) => {
+                tx.finish(committed).await.map_err(committing)?;
+                Ok((outcomes, decided))
+            }
+            Err(e @ (BatchError::Broken(_) | BatchError::BrokenInCommit(_))) => {
+                tx.discard();
+                Err(e)
+            }
+            Err(e) => {
+                tx.abort().await;
+                Err(e)
+            }
+        }
+    }
+    .await;
+    result.inspect_err(|e: &BatchError| {
         if let Some(e) = e.source_error() {
             store.note(e);
         }
     })
+}
+
+/// The heads and members a batch decided by, and the private conversations it found by
+/// pair: what the committer remembers after it committed.
+#[derive(Default)]
+pub struct Decided {
+    heads: HashMap<i64, Head>,
+    members: HashMap<i64, Members>,
+    pairs: HashMap<Pair, i64>,
+}
+
+/// What a committer remembers of the conversations its batches wrote: each head and its
+/// members as its last batch left them, and private conversations by pair. Never trusted
+/// on its own: a batch decided from it writes only if every head it names still has the
+/// last seq and version remembered (the version moves with every change of members or of
+/// a group's settings, `migrations/*/0005_head_versions.sql`).
+#[derive(Default)]
+pub struct Known {
+    conversations: HashMap<i64, (Head, Members)>,
+    pairs: HashMap<Pair, i64>,
+}
+
+/// Conversations a committer remembers at most; past it, it starts again empty.
+const KNOWN_MAX: usize = 16_384;
+
+impl Known {
+    /// The conversation `m` goes to, if remembered.
+    fn conversation_of(&self, m: &NewMessage) -> Option<i64> {
+        match &m.target {
+            Target::Conversation(id) => Some(*id),
+            Target::Peer(p) if p != &m.sender_id => self.pairs.get(&pair(&m.sender_id, p)).copied(),
+            Target::Peer(_) => None,
+        }
+    }
+
+    /// Everything `ops` need, taken out, if every op is a send (not a recall) to a
+    /// remembered conversation whose membership row of the sender is remembered too.
+    fn take(&mut self, ops: &[Op]) -> Option<Decided> {
+        let mut ids = Vec::with_capacity(ops.len());
+        for op in ops {
+            let Op::Send(m) = op else { return None };
+            if m.recalls.is_some() {
+                return None;
+            }
+            let id = self.conversation_of(m)?;
+            let (_, members) = self.conversations.get(&id)?;
+            if !members.any.contains_key(&m.sender_id) {
+                return None;
+            }
+            ids.push(id);
+        }
+        let mut decided = Decided::default();
+        for op in ops {
+            if let Op::Send(m) = op
+                && let Target::Peer(p) = &m.target
+            {
+                let key = pair(&m.sender_id, p);
+                let id = self.pairs[&key];
+                decided.pairs.insert(key, id);
+            }
+        }
+        for id in ids {
+            if let Some((head, members)) = self.conversations.remove(&id) {
+                decided.heads.insert(id, head);
+                decided.members.insert(id, members);
+            }
+        }
+        Some(decided)
+    }
+
+    /// Forgets the conversations `ops` name (before they are read again).
+    fn forget(&mut self, ops: &[Op]) {
+        for op in ops {
+            let id = match op {
+                Op::Send(m) => self.conversation_of(m),
+                Op::Read {
+                    conversation_id, ..
+                } => Some(*conversation_id),
+            };
+            if let Some(id) = id {
+                self.conversations.remove(&id);
+            }
+        }
+    }
+
+    /// Remembers what a committed batch decided by, as it left it.
+    fn keep(&mut self, decided: Decided) {
+        if self.conversations.len() + decided.heads.len() > KNOWN_MAX {
+            self.conversations.clear();
+            self.pairs.clear();
+        }
+        let Decided {
+            heads,
+            mut members,
+            pairs,
+        } = decided;
+        self.pairs.extend(pairs);
+        for (id, mut head) in heads {
+            let Some(mut mem) = members.remove(&id) else {
+                continue;
+            };
+            head.base_seq = head.last_seq;
+            head.dirty = false;
+            // A group's rows are its senders' only: those of an earlier batch of the same
+            // version still hold.
+            if let Some((before, old)) = self.conversations.remove(&id)
+                && before.version == head.version
+            {
+                for (user, left_at) in old.any {
+                    mem.any.entry(user).or_insert(left_at);
+                }
+                for (user, role) in old.roles {
+                    mem.roles.entry(user).or_insert(role);
+                }
+            }
+            mem.recipients();
+            self.conversations.insert(id, (head, mem));
+        }
+    }
 }
 
 /// The private conversations a batch names by peer, and the first messages a peer's block
@@ -295,24 +466,43 @@ async fn lock_touched(
     Ok((targets, found))
 }
 
-/// Runs the batch in `tx`; its outcomes, and whether its last statement committed.
+/// Runs the batch in `tx`, decided from `remembered` or from the rows it locks; its
+/// outcomes, what it decided by, and whether its last statement committed.
 async fn run(
     d: Dialect,
-    tx: &mut BatchTx,
+    tx: &mut BatchTx<'_>,
     ops: &[Op],
     ctx: &BatchContext<'_>,
-) -> Result<(Vec<Outcome>, bool), BatchError> {
+    remembered: Option<Decided>,
+) -> Result<(Vec<Outcome>, Decided, bool), BatchError> {
     let (opening, closing) = (tx.opening(), tx.closing());
     let conn = tx.conn();
     // 1. The head rows (locked), the private conversations named by peer, the resends
-    // already stored.
-    let (targets, found) = lock_touched(d, conn, opening, ops, ctx).await?;
-    let Found {
-        mut heads,
-        mut members,
-        stored: mut stored_before,
-        ..
-    } = found;
+    // already stored; or what the committer remembers of them (a resend of a message
+    // stored earlier then fails the write, and the batch runs again from the rows).
+    let (targets, mut heads, mut members, mut stored_before, checked) = match remembered {
+        Some(r) => {
+            let targets = Targets {
+                by_pair: r.pairs,
+                blocked_by_peer: HashSet::new(),
+            };
+            (targets, r.heads, r.members, HashMap::new(), Heads::Checked)
+        }
+        None => {
+            let (targets, found) = lock_touched(d, conn, opening, ops, ctx).await?;
+            let Found {
+                heads,
+                members,
+                stored,
+                ..
+            } = found;
+            (targets, heads, members, stored, Heads::Moved)
+        }
+    };
+    let opening = match checked {
+        Heads::Checked => opening,
+        Heads::Moved => "",
+    };
 
     // 2. Each op in order.
     let mut pending = Pending::default();
@@ -397,8 +587,23 @@ async fn run(
     }
     stored_before.clear();
     // 3. The rest of the writes, in one statement.
-    let committed = write(d, conn, &mut pending, &heads, &read_moves, ctx.now, closing).await?;
-    Ok((outcomes, committed))
+    let committed = write(
+        d,
+        conn,
+        &mut pending,
+        (&heads, checked),
+        &read_moves,
+        ctx.now,
+        opening,
+        closing,
+    )
+    .await?;
+    let decided = Decided {
+        heads,
+        members,
+        pairs: targets.by_pair,
+    };
+    Ok((outcomes, decided, committed))
 }
 
 /// Writes the batch's messages so far, for a statement that reads them (a read's position,
@@ -409,7 +614,19 @@ async fn flush(
     pending: &mut Pending,
     now: i64,
 ) -> Result<(), BatchError> {
-    write(d, conn, pending, &HashMap::new(), &HashMap::new(), now, "").await?;
+    let heads = HashMap::new();
+    let moves = HashMap::new();
+    write(
+        d,
+        conn,
+        pending,
+        (&heads, Heads::Moved),
+        &moves,
+        now,
+        "",
+        "",
+    )
+    .await?;
     Ok(())
 }
 

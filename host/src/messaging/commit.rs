@@ -8,14 +8,14 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Settings;
-use super::batch::{BatchContext, IdGen, Op, Outcome, Target};
+use super::batch::{BatchContext, IdGen, Known, Op, Outcome, Target};
 use super::delivery::{Push, Respond};
 use super::route::{Routes, pair};
 use crate::clock::now_ms;
 use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, SendAck};
-use crate::store::Store;
 use crate::store::batch::{BatchError, RecipientCache};
+use crate::store::{Store, Writer};
 use crate::telemetry::{self, SendOutcome};
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
@@ -109,6 +109,8 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
         settings,
         batches,
     } = &*shared;
+    let mut writer = Writer::default();
+    let mut known = Known::default();
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
     let mut replies: Vec<(Reply, u64)> = Vec::with_capacity(settings.batch_max);
@@ -118,8 +120,16 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
             replies.push((job.reply, job.key));
         }
         let started = std::time::Instant::now();
-        let result =
-            commit_with_retries(store, &ops, ids, recipients, settings.recall_window_ms).await;
+        let result = commit_with_retries(
+            store,
+            &mut writer,
+            &mut known,
+            &ops,
+            ids,
+            recipients,
+            settings.recall_window_ms,
+        )
+        .await;
         batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         telemetry::commit(ops.len(), started.elapsed(), result.is_err());
         tracing::debug!(
@@ -167,6 +177,8 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
 
 async fn commit_with_retries(
     store: &Store,
+    writer: &mut Writer,
+    known: &mut Known,
     ops: &[Op],
     ids: &IdGen,
     recipients: &RecipientCache,
@@ -180,7 +192,7 @@ async fn commit_with_retries(
             ids,
             recipients,
         };
-        match super::batch::commit(store, ops, &ctx).await {
+        match super::batch::commit(store, writer, known, ops, &ctx).await {
             Err(BatchError::Conflict) if conflicts < CONFLICT_RETRIES => {
                 conflicts += 1;
                 tokio::time::sleep(Duration::from_millis(2 << conflicts)).await;

@@ -148,21 +148,20 @@ pub async fn lock_head(
         Dialect::Sqlite => "",
     };
     sqlx::query(&format!(
-        "SELECT conversation_type, last_seq, unread_acc FROM conversations WHERE conversation_id = $1{lock}"
+        "SELECT conversation_type, last_seq, unread_acc, version FROM conversations \
+         WHERE conversation_id = $1{lock}"
     ))
     .bind(conversation_id)
     .fetch_optional(conn)
     .await?
     .map(|r| {
-        Ok(Head {
+        Ok(Head::read(
             conversation_id,
-            conversation_type: r.try_get::<i64, _>(0)? as u8,
-            last_seq: r.try_get(1)?,
-            unread_acc: r.try_get(2)?,
-            mute_all: false,
-            dissolved: false,
-            dirty: false,
-        })
+            r.try_get::<i64, _>(0)? as u8,
+            r.try_get(1)?,
+            r.try_get(2)?,
+            r.try_get(3)?,
+        ))
     })
     .transpose()
 }
@@ -186,15 +185,7 @@ pub async fn create_group(conn: &mut AnyConnection, g: &Group) -> sqlx::Result<H
         },
     )
     .await?;
-    Ok(Head {
-        conversation_id: id,
-        conversation_type: g.conversation_type,
-        last_seq: 0,
-        unread_acc: 0,
-        mute_all: false,
-        dissolved: false,
-        dirty: false,
-    })
+    Ok(Head::read(id, g.conversation_type, 0, 0, 0))
 }
 
 pub async fn group_in(

@@ -65,6 +65,34 @@ pub struct Head {
     pub dissolved: bool,
     /// Moved by this transaction: written back before it commits.
     pub dirty: bool,
+    /// The head's version (moved by every change of its members or a group's settings)
+    /// and its last seq, as read: the batch's write compares both, so a head remembered
+    /// from an earlier batch is written only if neither moved since.
+    pub version: i64,
+    pub base_seq: i64,
+}
+
+impl Head {
+    /// A head as read from its row.
+    pub fn read(
+        conversation_id: i64,
+        conversation_type: u8,
+        last_seq: i64,
+        unread_acc: i64,
+        version: i64,
+    ) -> Head {
+        Head {
+            conversation_id,
+            conversation_type,
+            last_seq,
+            unread_acc,
+            mute_all: false,
+            dissolved: false,
+            dirty: false,
+            version,
+            base_seq: last_seq,
+        }
+    }
 }
 
 /// The database. Cheap to clone.
@@ -79,35 +107,47 @@ pub struct Store {
     health: Arc<Health>,
 }
 
-/// The transaction a commit batch runs in. On PostgreSQL an ordinary one. On SQLite every
-/// statement is a hand-off to the connection's thread and back, so `BEGIN` goes with the
-/// batch's first statement and `COMMIT` with its last (`opening`, `closing`): a batch of
-/// sends is two hand-offs. If it ends any other way — an error, or the future dropped —
-/// the connection is closed rather than returned to the pool, and closing rolls back.
-pub enum BatchTx {
-    Postgres(Option<sqlx::Transaction<'static, Any>>),
-    Sqlite {
-        conn: Option<sqlx::pool::PoolConnection<Any>>,
-        /// `BEGIN` was sent.
-        open: bool,
-    },
+/// What a committer keeps between its batches: on PostgreSQL a connection of its own,
+/// taken out of the pool, whose statements keep generic plans (the batch's few statements,
+/// their arguments JSON arrays, planned once rather than at every execution: a third of a
+/// millisecond each); the pool's connections plan every execution. On SQLite nothing: the
+/// one writer connection is shared with the social changes and taken per batch.
+#[derive(Default)]
+pub struct Writer(Option<sqlx::AnyConnection>);
+
+/// The transaction a commit batch runs in. On PostgreSQL an ordinary one on the
+/// committer's connection (`Writer`), or none: a batch of heads remembered from an earlier
+/// one is a single statement, its own transaction. On SQLite every statement is a hand-off
+/// to the connection's thread and back, so `BEGIN` goes with the batch's first statement
+/// and `COMMIT` with its last (`opening`, `closing`): a batch of sends is one or two
+/// hand-offs. If it ends any other way — an error not followed by `abort`, or the future
+/// dropped — the connection is closed rather than reused, and closing rolls back.
+pub struct BatchTx<'w> {
+    conn: BatchConn<'w>,
+    /// The transaction was started (`BEGIN` sent) and not ended yet.
+    open: bool,
 }
 
-const UNTIL_THE_END: &str = "the transaction until it is finished";
+enum BatchConn<'w> {
+    Postgres(&'w mut Option<sqlx::AnyConnection>),
+    Sqlite(Option<sqlx::pool::PoolConnection<Any>>),
+}
 
-impl BatchTx {
+const UNTIL_THE_END: &str = "the connection until the batch is finished";
+
+impl BatchTx<'_> {
     pub fn conn(&mut self) -> &mut sqlx::AnyConnection {
-        match self {
-            BatchTx::Postgres(tx) => tx.as_mut().expect(UNTIL_THE_END),
-            BatchTx::Sqlite { conn, .. } => conn.as_mut().expect(UNTIL_THE_END),
+        match &mut self.conn {
+            BatchConn::Postgres(c) => c.as_mut().expect(UNTIL_THE_END),
+            BatchConn::Sqlite(c) => c.as_mut().expect(UNTIL_THE_END),
         }
     }
 
     /// What the batch's first statement starts with: SQLite's `BEGIN`, once.
     pub fn opening(&mut self) -> &'static str {
-        match self {
-            BatchTx::Sqlite { open, .. } if !*open => {
-                *open = true;
+        match self.conn {
+            BatchConn::Sqlite(_) if !self.open => {
+                self.open = true;
                 "BEGIN IMMEDIATE; "
             }
             _ => "",
@@ -117,37 +157,48 @@ impl BatchTx {
     /// What the batch's last statement may end with: SQLite's `COMMIT` (then `finish` with
     /// `committed`).
     pub fn closing(&self) -> &'static str {
-        match self {
-            BatchTx::Sqlite { .. } => "; COMMIT",
-            BatchTx::Postgres(_) => "",
+        match self.conn {
+            BatchConn::Sqlite(_) => "; COMMIT",
+            BatchConn::Postgres(_) => "",
         }
     }
 
-    /// Commits, unless the last statement did (`committed`).
+    /// Commits, unless the last statement did (`committed`) or there is no transaction.
     pub async fn finish(mut self, committed: bool) -> sqlx::Result<()> {
-        match &mut self {
-            BatchTx::Postgres(tx) => tx.take().expect(UNTIL_THE_END).commit().await,
-            BatchTx::Sqlite { conn, open } => {
-                if *open && !committed {
-                    conn.as_mut()
-                        .expect(UNTIL_THE_END)
-                        .execute("COMMIT")
-                        .await?;
-                }
-                *open = false;
-                Ok(())
-            }
+        if self.open && !committed {
+            self.conn().execute("COMMIT").await?;
+        }
+        self.open = false;
+        Ok(())
+    }
+
+    /// Closes the connection (it broke): the next batch takes another.
+    pub fn discard(mut self) {
+        self.open = true;
+    }
+
+    /// Rolls back after a failed statement, so the connection is kept; if even that
+    /// fails, dropping closes it.
+    pub async fn abort(mut self) {
+        if self.open && self.conn().execute("ROLLBACK").await.is_ok() {
+            self.open = false;
         }
     }
 }
 
-impl Drop for BatchTx {
+impl Drop for BatchTx<'_> {
     fn drop(&mut self) {
-        if let BatchTx::Sqlite { conn, open: true } = self
-            && let Some(c) = conn.take()
-        {
-            // Closed, not pooled: closing rolls the transaction back.
-            drop(c.detach());
+        if !self.open {
+            return;
+        }
+        match &mut self.conn {
+            // Closed, not reused: closing rolls the transaction back.
+            BatchConn::Postgres(c) => drop(c.take()),
+            BatchConn::Sqlite(c) => {
+                if let Some(c) = c.take() {
+                    drop(c.detach());
+                }
+            }
         }
     }
 }
@@ -394,25 +445,47 @@ impl Store {
         }
     }
 
-    /// A transaction of the committer's (see `BatchTx`).
-    pub(crate) async fn begin_batch(&self) -> sqlx::Result<BatchTx> {
+    /// A transaction of the committer's (see `BatchTx`): `explicit`, or on PostgreSQL none
+    /// (the batch is one statement).
+    pub(crate) async fn begin_batch<'w>(
+        &self,
+        writer: &'w mut Writer,
+        explicit: bool,
+    ) -> sqlx::Result<BatchTx<'w>> {
+        let noted = |e: sqlx::Error| {
+            self.health.note(&e);
+            e
+        };
         match self.dialect {
-            // Its statements (the same few every time, their arguments JSON arrays) may keep
-            // a generic plan, planned once per connection rather than at every execution (a
-            // third of a millisecond each); the connection's other statements keep
-            // `force_custom_plan`.
-            Dialect::Postgres => self
-                .write
-                .begin_with("BEGIN; SET LOCAL plan_cache_mode = auto")
-                .await
-                .map(|tx| BatchTx::Postgres(Some(tx)))
-                .inspect_err(|e| self.health.note(e)),
-            Dialect::Sqlite => self.write().acquire().await.map(|c| BatchTx::Sqlite {
-                conn: Some(c),
+            Dialect::Postgres => {
+                if writer.0.is_none() {
+                    let mut conn = self.write.acquire().await.map_err(noted)?.detach();
+                    conn.execute("SET plan_cache_mode = auto")
+                        .await
+                        .map_err(noted)?;
+                    writer.0 = Some(conn);
+                }
+                let mut tx = BatchTx {
+                    conn: BatchConn::Postgres(&mut writer.0),
+                    open: false,
+                };
+                if explicit {
+                    if let Err(e) = tx.conn().execute("BEGIN").await {
+                        // A connection that failed its `BEGIN` is not kept.
+                        tx.open = true;
+                        return Err(noted(e));
+                    }
+                    tx.open = true;
+                }
+                Ok(tx)
+            }
+            Dialect::Sqlite => Ok(BatchTx {
+                conn: BatchConn::Sqlite(Some(self.write().acquire().await?)),
                 open: false,
             }),
         }
     }
+
     /// Runs a read, and once more when its connection broke (the first failure puts the
     /// pool in ping mode, so the second attempt gets a live connection). Only for reads:
     /// a write outside a transaction may have happened.
@@ -643,14 +716,23 @@ mod tests {
                 .unwrap();
             n
         };
+        let mut writer = Writer::default();
         {
-            let mut tx = store.begin_batch().await.unwrap();
+            let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
             let sql = format!("{}{insert}", tx.opening());
             tx.conn().execute(sql.as_str()).await.unwrap();
             // Dropped unfinished, as after an error.
         }
         assert_eq!(count().await, 0, "an unfinished batch wrote");
-        let mut tx = store.begin_batch().await.unwrap();
+        {
+            let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
+            let sql = format!("{}{insert}", tx.opening());
+            tx.conn().execute(sql.as_str()).await.unwrap();
+            // Rolled back after a failed statement: the connection stays usable.
+            tx.abort().await;
+        }
+        assert_eq!(count().await, 0, "an aborted batch wrote");
+        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
         let sql = format!("{}{insert}{}", tx.opening(), tx.closing());
         tx.conn().execute(sql.as_str()).await.unwrap();
         tx.finish(true).await.unwrap();

@@ -46,10 +46,12 @@ pub async fn lock_first(
              CROSS JOIN LATERAL (SELECT conversation_id FROM private_pairs \
              WHERE user_lo = e->>0 AND user_hi = e->>1 OFFSET 0) p), \
              c AS (SELECT h.* FROM (SELECT id FROM ids ORDER BY id) i CROSS JOIN LATERAL \
-             (SELECT conversation_id, conversation_type, last_seq, unread_acc FROM conversations \
-             WHERE conversation_id = i.id FOR UPDATE) h) \
+             (SELECT conversation_id, conversation_type, last_seq, unread_acc, version \
+             FROM conversations WHERE conversation_id = i.id FOR UPDATE) h) \
              SELECT CAST(0 AS BIGINT), c.conversation_id, c.conversation_type, c.last_seq, \
-             c.unread_acc, m.left_at_seq, m.blocks_peer, m.state, m.user_id, pp.user_lo, pp.user_hi \
+             c.unread_acc, m.left_at_seq, m.blocks_peer, m.state, m.user_id, pp.user_lo, pp.user_hi, \
+             c.version, CASE WHEN (SELECT s.version FROM conversations s \
+             WHERE s.conversation_id = c.conversation_id) <> c.version THEN 1 ELSE 0 END \
              FROM c LEFT JOIN LATERAL (SELECT left_at_seq, blocks_peer, state, user_id FROM members \
              WHERE members.conversation_id = c.conversation_id AND c.conversation_type = 1 \
              OFFSET 0) m ON true \
@@ -57,14 +59,16 @@ pub async fn lock_first(
              WHERE private_pairs.conversation_id = c.conversation_id OFFSET 0) pp ON true \
              UNION ALL SELECT CAST(1 AS BIGINT), s.* FROM jsonb_array_elements(CAST($3 AS jsonb)) e \
              CROSS JOIN LATERAL (SELECT m.conversation_id, c.conversation_type, m.seq, m.msg_id, \
-             m.content_type, m.server_time, m.recalled_by, m.sender_id, m.client_msg_id, m.payload \
+             m.content_type, m.server_time, m.recalled_by, m.sender_id, m.client_msg_id, m.payload, \
+             CAST(0 AS BIGINT), CAST(0 AS BIGINT) \
              FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
              WHERE m.sender_id = e->>0 AND m.client_msg_id = e->>1 OFFSET 0) s"
         }
         // The single writer connection already excludes every other writer.
         Dialect::Sqlite => {
             "SELECT 0, c.conversation_id, c.conversation_type, c.last_seq, c.unread_acc, \
-             m.left_at_seq, m.blocks_peer, m.state, m.user_id, pp.user_lo, pp.user_hi \
+             m.left_at_seq, m.blocks_peer, m.state, m.user_id, pp.user_lo, pp.user_hi, \
+             c.version, 0 \
              FROM conversations c \
              LEFT JOIN members m ON m.conversation_id = c.conversation_id \
              AND c.conversation_type = 1 \
@@ -73,8 +77,8 @@ pub async fn lock_first(
              UNION SELECT conversation_id FROM private_pairs WHERE (user_lo, user_hi) IN \
              (SELECT value->>0, value->>1 FROM json_each($2))) \
              UNION ALL SELECT 1, m.conversation_id, c.conversation_type, m.seq, m.msg_id, \
-             m.content_type, m.server_time, m.recalled_by, m.sender_id, m.client_msg_id, m.payload \
-             FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
+             m.content_type, m.server_time, m.recalled_by, m.sender_id, m.client_msg_id, m.payload, \
+             0, 0 FROM messages m JOIN conversations c ON c.conversation_id = m.conversation_id \
              WHERE (m.sender_id, m.client_msg_id) IN (SELECT value->>0, value->>1 FROM json_each($3))"
         }
     };
@@ -82,12 +86,26 @@ pub async fn lock_first(
         "" => std::borrow::Cow::Borrowed(sql),
         opening => std::borrow::Cow::Owned(format!("{opening}{sql}")),
     };
-    let rows = sqlx::query(&sql)
-        .bind(json(ids))
-        .bind(json(pairs))
-        .bind(json(keys))
-        .fetch_all(&mut *conn)
-        .await?;
+    let (ids, pairs, keys) = (json(ids), json(pairs), json(keys));
+    let mut rows = Vec::new();
+    // PostgreSQL: a locking statement that waited for a head's lock reads the rows it
+    // joins as they were before the wait. When the head's version moved meanwhile (a
+    // block, a member left, a group changed), the same statement runs again: the locks are
+    // held now, so it reads what they protect as it is.
+    for sql in [&*sql, sql.trim_start_matches(opening)] {
+        rows = sqlx::query(sql)
+            .bind(&ids)
+            .bind(&pairs)
+            .bind(&keys)
+            .fetch_all(&mut *conn)
+            .await?;
+        if !rows
+            .iter()
+            .any(|r| r.try_get::<i64, _>(12).is_ok_and(|stale| stale != 0))
+        {
+            break;
+        }
+    }
     let mut found = Found::default();
     for row in rows {
         let id: i64 = row.try_get(1)?;
@@ -107,15 +125,16 @@ pub async fn lock_first(
             found.stored.insert(key, (Arc::new(stored), recalled));
             continue;
         }
-        found.heads.entry(id).or_insert(Head {
-            conversation_id: id,
-            conversation_type: row.try_get::<i64, _>(2)? as u8,
-            last_seq: row.try_get(3)?,
-            unread_acc: row.try_get(4)?,
-            dirty: false,
-            mute_all: false,
-            dissolved: false,
-        });
+        if !found.heads.contains_key(&id) {
+            let head = Head::read(
+                id,
+                row.try_get::<i64, _>(2)? as u8,
+                row.try_get(3)?,
+                row.try_get(4)?,
+                row.try_get(11)?,
+            );
+            found.heads.insert(id, head);
+        }
         if let (Some(lo), Some(hi)) = (
             row.try_get::<Option<String>, _>(9)?,
             row.try_get::<Option<String>, _>(10)?,

@@ -8,21 +8,36 @@ use sqlx::{AnyConnection, Row as _};
 use super::{BatchError, Head, Pending, classify};
 use crate::store::{Dialect, json};
 
+/// Which heads a batch's write names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heads {
+    /// Those it moved (the batch holds their locks).
+    Moved,
+    /// Every one it decided by, moved or not: heads remembered from an earlier batch, not
+    /// locked before the write, whose version and last seq the write checks.
+    Checked,
+}
+
 /// Writes what a batch decided so far in one statement (one round trip): the new messages
-/// of `pending`, the moved heads among `heads`, the read positions of `moves` (they only
-/// move forward); then the recall marks of `pending`. `closing` ends the statement when
-/// nothing follows it (SQLite's `COMMIT`, see `BatchTx`); says whether it did. Its
-/// arguments are JSON arrays, so every batch runs the same prepared statement whatever its
-/// size.
+/// of `pending`, the heads among `heads` (each written only if its last seq and version
+/// are still as read, else the statement fails with `BatchError::Stale`), the read
+/// positions of `moves` (they only move forward); then the recall marks of `pending`.
+/// `opening` starts the statement (SQLite's `BEGIN` when nothing came before it) and
+/// `closing` ends it when nothing follows it (SQLite's `COMMIT`, see `BatchTx`); says
+/// whether it did. Its arguments are JSON arrays, so every batch runs the same prepared
+/// statement whatever its size.
+#[allow(clippy::too_many_arguments)]
 pub async fn write(
     d: Dialect,
     conn: &mut AnyConnection,
     pending: &mut Pending,
-    heads: &HashMap<i64, Head>,
+    heads: (&HashMap<i64, Head>, Heads),
     moves: &HashMap<(String, i64), (i64, i64)>,
     now: i64,
+    opening: &str,
     closing: &str,
 ) -> Result<bool, BatchError> {
+    let (heads, which) = heads;
     let messages: Vec<_> = pending
         .messages
         .iter()
@@ -43,8 +58,17 @@ pub async fn write(
         .collect();
     let heads: Vec<_> = heads
         .values()
-        .filter(|h| h.dirty)
-        .map(|h| (h.conversation_id, h.last_seq, h.unread_acc))
+        .filter(|h| h.dirty || which == Heads::Checked)
+        .map(|h| {
+            (
+                h.conversation_id,
+                h.last_seq,
+                h.unread_acc,
+                h.base_seq,
+                h.version,
+                i64::from(h.dirty),
+            )
+        })
         .collect();
     let moves: Vec<_> = moves
         .iter()
@@ -53,12 +77,16 @@ pub async fn write(
     let mut committed = false;
     if !(messages.is_empty() && heads.is_empty() && moves.is_empty()) {
         // The transaction ends with it, unless recall marks follow.
-        let sql = match (closing, pending.recalls.is_empty()) {
-            ("", _) | (_, false) => std::borrow::Cow::Borrowed(write_sql(d)),
+        let closing = match (closing, pending.recalls.is_empty()) {
+            ("", _) | (_, false) => "",
             (closing, true) => {
                 committed = true;
-                std::borrow::Cow::Owned(format!("{}{closing}", write_sql(d)))
+                closing
             }
+        };
+        let sql = match (opening, closing) {
+            ("", "") => std::borrow::Cow::Borrowed(write_sql(d)),
+            _ => std::borrow::Cow::Owned(format!("{opening}{}{closing}", write_sql(d))),
         };
         sqlx::query(&sql)
             .bind(json(&messages))
@@ -90,8 +118,10 @@ pub async fn write(
     Ok(committed)
 }
 
-/// The statement of `write`: `$1` messages, `$2` heads, `$3` read moves, `$4` now, `$5`
-/// the heads' ids (PostgreSQL).
+/// The statement of `write`: `$1` messages, `$2` heads (id, last seq, count, the last seq
+/// and version as read, moved), `$3` read moves, `$4` now, `$5` the heads' ids
+/// (PostgreSQL). A head whose last seq or version is not as read gets a NULL last seq: a
+/// NOT NULL violation, which fails the statement (`BatchError::Stale`).
 fn write_sql(d: Dialect) -> &'static str {
     match d {
         // One statement: the inserts and the update run as data-modifying CTEs.
@@ -102,8 +132,11 @@ fn write_sql(d: Dialect) -> &'static str {
              SELECT CAST(e->>0 AS BIGINT), CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), e->>3, \
              e->>4, CAST(e->>5 AS BIGINT), e->>6, CAST(e->>7 AS BIGINT), CAST(e->>8 AS BIGINT), \
              CAST(e->>9 AS BIGINT) FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
-             moved_heads AS (UPDATE conversations SET last_seq = CAST(e->>1 AS BIGINT), \
-             unread_acc = CAST(e->>2 AS BIGINT), last_time = $4 \
+             moved_heads AS (UPDATE conversations SET last_seq = CASE \
+             WHEN conversations.last_seq = CAST(e->>3 AS BIGINT) \
+             AND conversations.version = CAST(e->>4 AS BIGINT) THEN CAST(e->>1 AS BIGINT) END, \
+             unread_acc = CAST(e->>2 AS BIGINT), last_time = CASE \
+             WHEN e->>5 = '1' THEN $4 ELSE conversations.last_time END \
              FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
              WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
              AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[]))) \
@@ -114,15 +147,19 @@ fn write_sql(d: Dialect) -> &'static str {
              read_seq = excluded.read_seq, read_acc = excluded.read_acc, \
              updated_at = excluded.updated_at WHERE excluded.read_seq > read_positions.read_seq"
         }
-        // Three statements in one call: one hand-off to the database's thread.
+        // Three statements in one call: one hand-off to the database's thread. The heads
+        // first: a head that moved fails the call before anything else is written. `OR
+        // FAIL`: a failed statement is never undone on its own (the whole transaction is
+        // rolled back), so SQLite keeps no statement journal for it.
         Dialect::Sqlite => {
-            "INSERT INTO messages (conversation_id, seq, msg_id, sender_id, client_msg_id, \
-             content_type, payload, server_time, counts_unread, unread_acc) \
+            "UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.value->>3 \
+             AND version = e.value->>4 THEN e.value->>1 END, unread_acc = e.value->>2, \
+             last_time = CASE WHEN e.value->>5 = 1 THEN $4 ELSE last_time END \
+             FROM json_each($2) e WHERE conversations.conversation_id = e.value->>0; \
+             INSERT OR FAIL INTO messages (conversation_id, seq, msg_id, sender_id, \
+             client_msg_id, content_type, payload, server_time, counts_unread, unread_acc) \
              SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
              value->>6, value->>7, value->>8, value->>9 FROM json_each($1); \
-             UPDATE conversations SET last_seq = e.value->>1, unread_acc = e.value->>2, \
-             last_time = $4 FROM json_each($2) e \
-             WHERE conversations.conversation_id = e.value->>0; \
              INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
              SELECT value->>0, value->>1, value->>2, value->>3, $4 FROM json_each($3) WHERE true \
              ON CONFLICT (user_id, conversation_id) DO UPDATE SET \

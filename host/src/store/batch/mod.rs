@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::protocol::Error;
 pub use crate::protocol::{Pair, Stored, pair};
 pub use heads::{Found, complete, lock_first};
-pub use messages::{RecallTarget, recall_target, write};
+pub use messages::{Heads, RecallTarget, recall_target, write};
 pub use pairs::{create_pairs, find_pairs, resolve_pairs};
 pub use reads::{acc_at, read_position, recalled_counting};
 
@@ -30,6 +30,10 @@ pub enum BatchError {
     /// Another writer (a second node) got there first; the batch is safe to run again.
     #[error("a concurrent writer changed the same rows")]
     Conflict,
+    /// A head the batch remembered from an earlier one moved since (another writer, or a
+    /// change of its members): nothing was written; the batch runs again from the rows.
+    #[error("a remembered conversation head moved")]
+    Stale,
     /// The connection broke before `COMMIT` was sent: nothing was written, and the
     /// transaction may run again on another connection.
     #[error("the database connection broke: {0}")]
@@ -46,7 +50,7 @@ impl BatchError {
     /// The database error behind it, if any.
     pub fn source_error(&self) -> Option<&sqlx::Error> {
         match self {
-            BatchError::Conflict => None,
+            BatchError::Conflict | BatchError::Stale => None,
             BatchError::Broken(e) | BatchError::BrokenInCommit(e) | BatchError::Db(e) => Some(e),
         }
     }
@@ -71,6 +75,8 @@ impl From<sqlx::Error> for BatchError {
 /// the batch rolled back and may run again.
 pub(crate) fn classify(e: sqlx::Error) -> BatchError {
     match e.as_database_error() {
+        // Only a head's last seq is written NULL in a batch, by its check (`write`).
+        Some(d) if d.kind() == sqlx::error::ErrorKind::NotNullViolation => BatchError::Stale,
         Some(d)
             if d.is_unique_violation()
                 || matches!(d.code().as_deref(), Some("40P01") | Some("40001")) =>

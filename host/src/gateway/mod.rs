@@ -117,7 +117,9 @@ pub async fn upgrade(
             .max_message_size(Some(max * 4))
             .max_frame_size(Some(max * 4))
             .read_buffer_size(1024)
-            .write_buffer_size(0);
+            // Frames queued together leave in one write (the loop flushes after each
+            // round); a buffer past this goes out at once, so it never holds more.
+            .write_buffer_size(WRITE_BUFFER);
         let socket =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await;
@@ -381,6 +383,11 @@ fn read_failure(e: WsError) -> End {
         _ => End::Gone,
     }
 }
+
+/// Bytes of frames a connection gathers before writing them to its socket: the frames of
+/// one round go out in one system call instead of one each, and what a connection keeps
+/// allocated for it stays this size plus one frame.
+const WRITE_BUFFER: usize = 8 * 1024;
 
 /// How long a write may wait for a client that does not read (at most the heartbeat).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -362,13 +362,13 @@ async fn an_offline_device_catches_up(b: Backend) {
         json!({"conversationId": hid, "conversationType": 2, "requestId": joined["requestId"],
                "userId": "frank", "message": "me?", "state": "pending"})
     );
-    // The peer's read receipt.
+    // The peer's read receipt (a read delivers too).
     let positions = s
         .get(&bob, &format!("/v1/conversations/{pid}/read-positions"))
         .await;
     assert_eq!(
         positions["positions"],
-        json!([{"userId": "alice", "readSeq": 5}])
+        json!([{"userId": "alice", "readSeq": 5, "deliveredSeq": 5}])
     );
     // Nothing live is replayed.
     let late = phone.drain(Duration::from_millis(500)).await;

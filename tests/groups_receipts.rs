@@ -286,11 +286,12 @@ async fn receipts_count_members_from_their_current_interval(b: Backend) {
     assert_eq!(
         got,
         json!({"receipts": [
-            {"seq": later, "read": 0, "of": 2},
-            {"seq": early, "read": 0, "of": 1},
-            {"seq": back, "read": 1, "of": 2},
-            {"seq": later, "read": 0, "of": 2},
+            {"seq": later, "read": 0, "delivered": 0, "of": 2},
+            {"seq": early, "read": 0, "delivered": 0, "of": 1},
+            {"seq": back, "read": 1, "delivered": 1, "of": 2},
+            {"seq": later, "read": 0, "delivered": 0, "of": 2},
         ]}),
-        "early: bob only (carol is back since, alice sent it); back: carol saw her own return"
+        "early: bob only (carol is back since, alice sent it); back: carol saw her own return \
+         (a read delivers too)"
     );
 }

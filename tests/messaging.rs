@@ -541,7 +541,10 @@ async fn unread_counts_reads_and_recalls(b: Backend) {
     let pos = s
         .get(&alice, &format!("/v1/conversations/{cid}/read-positions"))
         .await;
-    assert_eq!(pos["positions"], json!([{"userId": "bob", "readSeq": 2}]));
+    assert_eq!(
+        pos["positions"],
+        json!([{"userId": "bob", "readSeq": 2, "deliveredSeq": 2}])
+    );
 
     // A lower read position is ignored and says so.
     b2.send(json!({"type": "read", "id": "back", "conversationId": cid, "seq": 1}))

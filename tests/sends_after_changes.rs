@@ -30,6 +30,9 @@ enum Next {
     Refused(u16, &'static str),
 }
 
+/// One step: who changes (method, path, body), then who sends and what that send gets.
+type Step<'a> = (&'a str, &'a str, String, Option<Value>, &'a str, Next);
+
 async fn each_group_change_holds_for_the_next_send(b: Backend) {
     let (_db, s) = setup(&b, "sends-after-changes", "").await;
     let alice = s.user("alice").await;
@@ -53,7 +56,7 @@ async fn each_group_change_holds_for_the_next_send(b: Backend) {
         }
     };
     // (who changes, method, path, body; who sends next, what that send gets)
-    let steps: Vec<(&str, &str, String, Option<Value>, &str, Next)> = vec![
+    let steps: Vec<Step> = vec![
         (
             "alice",
             "POST",

@@ -17,7 +17,8 @@
 //! too when `PG_TEST_URL` names a database the bench may create others from.
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
-//! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega` the figures; `BENCH_REPEAT=5` runs the
+//! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
+//! `BENCH_REPEAT=5` runs the
 //! latency phase five times. Each timed phase also prints the server's CPU per delivered
 //! message (from `/proc`, user + system) and its RSS after. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
@@ -28,6 +29,8 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "support/devices.rs"]
+mod devices;
 #[path = "support/mega.rs"]
 mod mega;
 mod support;
@@ -113,10 +116,16 @@ async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: 
 }
 
 /// `rate` msgs/s spread over 50 senders for `secs` (after a second of warm-up); receivers
-/// online. Latency from the
+/// online (with `receipts`, answering every push with `received`). Latency from the
 /// send frame leaving to the receiver's notify, in ms, after the warm-up; and every notify
 /// received.
-async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (Percentiles, u64) {
+async fn latency(
+    addr: &str,
+    tag: &str,
+    rate: u64,
+    secs: f64,
+    receipts: bool,
+) -> (Percentiles, u64) {
     const PAIRS: usize = 50;
     let epoch = Instant::now();
     let mut convs = Vec::new();
@@ -148,6 +157,11 @@ async fn latency(addr: &str, tag: &str, rate: u64, secs: f64) -> (Percentiles, u
                                 .and_then(|s| s.parse::<f64>().ok())
                         {
                             lat.push((sent, now - sent));
+                            if receipts {
+                                let received = json!({"type": "received",
+                                    "conversationId": cid, "seq": v["seq"]});
+                                let _ = rx.send(Message::Text(received.to_string().into())).await;
+                            }
                         }
                     }
                     Ok(Some(Ok(_))) => {}
@@ -582,6 +596,86 @@ async fn start_with(db: &Db, storage: &str, extra: &str) -> Server {
     .await
 }
 
+/// The `receipts` phase, on servers of its own with delivery receipts on and off: 1:1 with
+/// every receiver online (16 senders, 64 in flight; with receipts on, each receiver answers
+/// every push with `received`, and each sender gets the `delivered` frames), and send →
+/// push latency at 5,000 msgs/s the same way.
+async fn receipts_phase(
+    name: &str,
+    backend: &Backend,
+    storage: &str,
+    secs: f64,
+    out: &mut Figures,
+) {
+    for (on, key, lat_key) in [
+        (true, "rc-on", "rc-lat-on"),
+        (false, "rc-off", "rc-lat-off"),
+    ] {
+        let db = Db::new(backend, &format!("bench-{name}-{key}")).await;
+        let extra = format!("{GATEWAY}[messaging]\ndelivery_receipts = {on}\n");
+        let server = start_with(&db, storage, &extra).await;
+        let pid = server.pid().unwrap_or(0);
+        let cpu = CpuMeter::start(pid);
+        let o = devices::one_to_one_online(&server.addr, key, 16, 64, secs, on).await;
+        out.record(
+            name,
+            pid,
+            key,
+            format!(
+                "{:.0} acked/s ({} pushes, {} delivered frames)",
+                o.rate, o.pushed, o.delivered
+            ),
+            cpu.per(o.acked),
+        );
+        let cpu = CpuMeter::start(pid);
+        let (l, received) = latency(&server.addr, &format!("{key}l"), 5000, secs, on).await;
+        out.record(name, pid, lat_key, l.shown(), cpu.per(received));
+    }
+}
+
+/// Recipients of the `offline` phase, none online, each with a push token.
+const OFFLINE_USERS: usize = 10_000;
+
+/// The `offline` phase, on servers of its own with the push webhook on (a receiver on
+/// loopback that answers at once) and off: 16 senders, 64 in flight, texting 10,000 offline
+/// users with push tokens in turn.
+async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out: &mut Figures) {
+    let users: Vec<String> = (0..OFFLINE_USERS).map(|i| format!("off{i}")).collect();
+    for (on, key) in [(true, "push-on"), (false, "push-off")] {
+        let db = Db::new(backend, &format!("bench-{name}-{key}")).await;
+        let (hook, notices) = devices::webhook_sink().await;
+        let push = match on {
+            true => format!(
+                "[push]\nwebhook_url = \"http://{hook}/notify\"\n\
+                 webhook_secret = \"bench-secret-bench-secret-bench-secret\"\n"
+            ),
+            false => String::new(),
+        };
+        let server = start_with(&db, storage, &format!("{GATEWAY}{push}")).await;
+        let pid = server.pid().unwrap_or(0);
+        let made = Instant::now();
+        mega::make_users(&server.addr, &users, 32, Duration::from_secs(600)).await;
+        devices::push_tokens(&server.addr, &users, 32, Duration::from_secs(600)).await;
+        eprintln!(
+            "[{name}] {key}: {OFFLINE_USERS} users with push tokens in {:.1} s",
+            made.elapsed().as_secs_f64()
+        );
+        let cpu = CpuMeter::start(pid);
+        let rate = devices::to_many(&server.addr, key, &users, 16, 64, secs).await;
+        let sent = (rate * secs) as u64;
+        out.record(
+            name,
+            pid,
+            key,
+            format!(
+                "{rate:.0} acked/s; {} notices reached the webhook",
+                notices.load(Ordering::Relaxed)
+            ),
+            cpu.per(sent),
+        );
+    }
+}
+
 /// Members of the `mega` phase's big group, the owner included; those online (the sender
 /// included); the size of an add batch (and of the group as created); the small group.
 const MEGA_MEMBERS: usize = 10_000;
@@ -829,7 +923,8 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         for run in 0..runs {
             let cpu = CpuMeter::start(pid);
             let before = scrape(&server.addr).await;
-            let (l, received) = latency(&server.addr, &format!("lat{run}"), 5000, secs).await;
+            let (l, received) =
+                latency(&server.addr, &format!("lat{run}"), 5000, secs, false).await;
             cpus.push(cpu.per(received));
             let commits = commits_between(&before, &scrape(&server.addr).await);
             eprintln!(
@@ -971,6 +1066,12 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
     if phase("mega") {
         mega_phase(name, &backend, storage, secs, &mut out).await;
     }
+    if phase("receipts") {
+        receipts_phase(name, &backend, storage, secs, &mut out).await;
+    }
+    if phase("offline") {
+        offline_phase(name, &backend, storage, secs, &mut out).await;
+    }
     if !phase("mem") {
         return out;
     }
@@ -1088,6 +1189,21 @@ fn main() {
             "mega-receipts",
             "group receipts for 100 seqs, 10,000- vs 10-member group, median",
         ),
+        (
+            "rc-on",
+            "1:1, receivers online, 16 senders: delivery receipts on (a received per push)",
+        ),
+        ("rc-off", "… delivery receipts off"),
+        (
+            "rc-lat-on",
+            "send → push at 5,000 msgs/s, receipts on (a received per push), p50 / p99 / p999",
+        ),
+        ("rc-lat-off", "… receipts off"),
+        (
+            "push-on",
+            "1:1 to 10,000 offline users with push tokens, 16 senders: webhook on",
+        ),
+        ("push-off", "… webhook off"),
         (
             "mem",
             "server memory per idle connection, 10,000 connections",

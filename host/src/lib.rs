@@ -14,6 +14,7 @@ pub mod messaging;
 /// The plugin host (its own crate): the registry, its errors, the contract suite.
 pub use courier_plugin_host as plugins;
 pub mod protocol;
+pub mod push;
 pub mod server;
 pub mod social;
 pub mod store;

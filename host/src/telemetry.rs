@@ -20,6 +20,7 @@ pub const COMMIT_BATCH_OPS: &str = "courier_commit_batch_ops";
 pub const COMMIT_SECONDS: &str = "courier_commit_seconds";
 pub const COMMIT_FAILURES: &str = "courier_commit_failures_total";
 pub const COMMIT_PATHS: &str = "courier_commit_paths_total";
+pub const PUSH_NOTICES: &str = "courier_push_notices_total";
 pub const OUTBOX_FRAMES: &str = "courier_outbox_frames";
 pub const OUTBOX_BYTES: &str = "courier_outbox_bytes";
 pub const OUTBOX_DROPPED: &str = "courier_outbox_dropped_total";
@@ -99,13 +100,13 @@ pub const SERIES: &[Series] = &[
         FRAMES_IN,
         Counter,
         &["type"],
-        "client frames read, by type (send, read, ping; unknown: a type the protocol does not have; invalid: not a frame; binary)",
+        "client frames read, by type (send, read, received, ping; unknown: a type the protocol does not have; invalid: not a frame; binary)",
     ),
     series(
         FRAMES_OUT,
         Counter,
         &["type"],
-        "frames written to clients, by type (hello, ack, error, pong, notify, read, presence, kicked, …)",
+        "frames written to clients, by type (hello, ack, error, pong, notify, read, delivered, presence, kicked, …)",
     ),
     series(
         SENDS,
@@ -142,6 +143,12 @@ pub const SERIES: &[Series] = &[
         Counter,
         &["path"],
         "commit batches by how they were decided: remembered (from the heads the committer kept, one statement), stale (those heads had moved: run again from the rows), locked (from the rows, read under their locks)",
+    ),
+    series(
+        PUSH_NOTICES,
+        Counter,
+        &["outcome"],
+        "offline notices to the webhook, by outcome: sent (a 2xx answer), retried (an attempt failed, another follows), failed (given up after 4 attempts), dropped (the bridge's queue was full)",
     ),
     series(
         OUTBOX_FRAMES,
@@ -335,7 +342,11 @@ pub async fn upkeep() {
 // lookup by name and labels costs more than the count itself (host/benches/metrics.rs).
 
 /// The client frame types counted, and the handles of `FRAMES_IN` and `FRAMES_OUT`.
-const IN_TYPES: [&str; 6] = ["send", "read", "ping", "unknown", "invalid", "binary"];
+const IN_TYPES: [&str; 7] = [
+    "send", "read", "received", "ping", "unknown", "invalid", "binary",
+];
+/// Where `unknown` is in `IN_TYPES`.
+const IN_UNKNOWN: usize = 4;
 
 struct Hot {
     frames_in: [metrics::Counter; IN_TYPES.len()],
@@ -352,6 +363,8 @@ struct Hot {
     commit_failures: metrics::Counter,
     /// `COMMIT_PATHS` by `CommitPath`.
     commit_paths: [metrics::Counter; 3],
+    /// `PUSH_NOTICES` by `PushOutcome`.
+    push_notices: [metrics::Counter; 4],
     /// `PULL_SECONDS` by `Pulled`.
     pulls: [metrics::Histogram; 3],
     /// `SENDS` by content type and outcome, as they come.
@@ -378,6 +391,8 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
         commit_failures: metrics::counter!(COMMIT_FAILURES),
         commit_paths: ["remembered", "stale", "locked"]
             .map(|path| metrics::counter!(COMMIT_PATHS, "path" => path)),
+        push_notices: ["sent", "retried", "failed", "dropped"]
+            .map(|outcome| metrics::counter!(PUSH_NOTICES, "outcome" => outcome)),
         pulls: ["messages", "user_stream", "overview"]
             .map(|what| metrics::histogram!(PULL_SECONDS, "what" => what)),
         sends: Default::default(),
@@ -386,7 +401,10 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
 
 /// A client frame read, by its type (one of `IN_TYPES`).
 pub fn frame_in(kind: &'static str) {
-    let i = IN_TYPES.iter().position(|t| *t == kind).unwrap_or(3);
+    let i = IN_TYPES
+        .iter()
+        .position(|t| *t == kind)
+        .unwrap_or(IN_UNKNOWN);
     HOT.frames_in[i].increment(1);
 }
 
@@ -461,6 +479,20 @@ pub enum CommitPath {
 /// A commit batch decided one way (a stale one is counted twice: stale, then locked).
 pub fn commit_path(path: CommitPath) {
     HOT.commit_paths[path as usize].increment(1);
+}
+
+/// What became of offline notices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushOutcome {
+    Sent,
+    Retried,
+    Failed,
+    Dropped,
+}
+
+/// `n` offline notices had this outcome.
+pub fn push(outcome: PushOutcome, n: u64) {
+    HOT.push_notices[outcome as usize].increment(n);
 }
 
 /// A frame an outbox dropped, by the frame's delivery class.

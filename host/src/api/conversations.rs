@@ -74,7 +74,7 @@ pub async fn send(
     match prepared {
         Prepared::Stored(m) => match core.submit_and_wait(Op::Send(m)).await? {
             Answer::Sent(ack) => Ok(Json(SendAnswer::Stored(ack))),
-            Answer::Read(_) => Err(Error::internal("a send was answered as a read")),
+            _ => Err(Error::internal("a send was answered as something else")),
         },
         Prepared::Live(live) => Ok(Json(SendAnswer::Live(
             core.deliver_live(&user, live, 0).await?,
@@ -264,7 +264,31 @@ pub async fn read(
     };
     match s.core.submit_and_wait(op).await? {
         Answer::Read(ack) => Ok(Json(serde_json::to_value(ack).unwrap_or(Value::Null))),
-        Answer::Sent(_) => Err(Error::internal("a read was answered as a send")),
+        _ => Err(Error::internal("a read was answered as something else")),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/conversations/{id}/received", tag = "sync",
+    description = "Your devices received the conversation up to `seq` (the `received` frame over HTTP): your delivered position moves there if it is not there already",
+    security(("userToken" = [])), params(("id" = i64, Path, description = "the conversation id")), request_body = ReadBody,
+    responses((status = 200, body = crate::protocol::frames::ReceivedAck)))]
+pub async fn received(
+    State(s): State<AppState>,
+    User(user): User,
+    path: IdPath,
+    Body(b): Body<ReadBody>,
+) -> Result<Json<Value>, Error> {
+    let id = conversation_id(path)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    s.core
+        .receive(&user, id, b.seq, crate::messaging::Reply::Http(tx))
+        .await;
+    match rx
+        .await
+        .map_err(|_| Error::unavailable("the server is shutting down"))??
+    {
+        Answer::Received(ack) => Ok(Json(serde_json::to_value(ack).unwrap_or(Value::Null))),
+        _ => Err(Error::internal("a received was answered as something else")),
     }
 }
 
@@ -303,7 +327,9 @@ pub async fn read_positions(
         .await
         .map_err(crate::store::unavailable)?
         .into_iter()
-        .map(|(u, seq)| json!({ "userId": u, "readSeq": seq }))
+        .map(|(u, read, delivered)| {
+            json!({ "userId": u, "readSeq": read, "deliveredSeq": delivered })
+        })
         .collect();
     Ok(Json(
         json!({ "conversationId": id, "positions": positions }),

@@ -23,14 +23,15 @@ pub fn status(code: Code) -> StatusCode {
         }
         RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         RegistrationClosed | NotAMember | RecallNotOwnMessage | AdminDisabled
-        | ContentTypeForbidden | Blocked | Muted | PermissionDenied | JoinClosed => {
-            StatusCode::FORBIDDEN
-        }
+        | ContentTypeForbidden | Blocked | Muted | PermissionDenied | JoinClosed
+        | DeviceRemoved => StatusCode::FORBIDDEN,
         UserExists | RecallWindowExpired | AlreadyRecalled | MessageNotRecallable
         | ReloadRefused | AlreadyFriends | AlreadyMember | RequestNotPending | OwnerCannotQuit
         | GroupDissolved | GroupFull | ResyncRequired => StatusCode::CONFLICT,
         UserNotFound | ConversationNotFound | MessageNotFound | NotFound | PluginNotFound
-        | GroupNotFound | TargetNotMember | RequestNotFound | NotFriends => StatusCode::NOT_FOUND,
+        | GroupNotFound | TargetNotMember | RequestNotFound | NotFriends | DeviceNotFound => {
+            StatusCode::NOT_FOUND
+        }
         ConversationTypeMismatch
         | ContentTypeUnknown
         | ContentTypeDisabled

@@ -427,7 +427,12 @@ pub async fn receipts(
         .zip(&b.seqs)
     {
         match r {
-            (Some((seq, read, of)), _) => list.push(schema::Receipt { seq, read, of }),
+            (Some(r), _) => list.push(schema::Receipt {
+                seq: r.seq,
+                read: r.read,
+                delivered: r.delivered,
+                of: r.of,
+            }),
             (None, seq) => return Err(Refused::MessageNotFound(*seq).into()),
         }
     }

@@ -4,6 +4,7 @@
 
 mod accounts;
 mod conversations;
+mod devices;
 pub mod error;
 mod groups;
 mod metrics;
@@ -142,6 +143,23 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/conversations/{id}", get(conversations::one))
         .route("/v1/conversations/{id}/messages", get(conversations::pull))
         .route("/v1/conversations/{id}/read", post(conversations::read))
+        .route(
+            "/v1/conversations/{id}/received",
+            post(conversations::received),
+        )
+        .route(
+            "/v1/conversations/{id}/notifications",
+            put(devices::notifications),
+        )
+        .route("/v1/devices", get(devices::list).post(devices::register))
+        .route(
+            "/v1/devices/{deviceId}",
+            axum::routing::delete(devices::remove),
+        )
+        .route(
+            "/v1/devices/{deviceId}/push",
+            put(devices::set_push).delete(devices::clear_push),
+        )
         .route(
             "/v1/conversations/{id}/read-positions",
             get(conversations::read_positions),

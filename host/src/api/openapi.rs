@@ -86,7 +86,9 @@ impl Modify for Security {
         crate::gateway::upgrade,
         super::conversations::send, super::conversations::overview, super::conversations::one,
         super::conversations::pull, super::conversations::read,
-        super::conversations::read_positions,
+        super::conversations::received, super::conversations::read_positions,
+        super::devices::list, super::devices::register, super::devices::remove,
+        super::devices::set_push, super::devices::clear_push, super::devices::notifications,
         super::social::user_stream, super::social::friends, super::social::remove_friend,
         super::social::requests, super::social::request_friend, super::social::accept,
         super::social::reject, super::social::cancel, super::social::presence,
@@ -303,12 +305,19 @@ fn own_errors(key: &str) -> &'static [Code] {
         "POST /v1/auth/login" => &[InvalidCredentials, RateLimited, Busy],
         "POST /v1/auth/logout" | "POST /v1/auth/revoke-all" => &[],
         "DELETE /v1/account" => &DELETE_OWN,
-        "GET /v1/ws" => &[BadRequest],
+        "GET /v1/ws" => &[BadRequest, DeviceRemoved],
         "POST /v1/messages" => &SEND,
         "GET /v1/conversations" => &[BadRequest],
         "GET /v1/conversations/{id}"
         | "GET /v1/conversations/{id}/messages"
-        | "POST /v1/conversations/{id}/read" => CONVERSATION,
+        | "POST /v1/conversations/{id}/read"
+        | "POST /v1/conversations/{id}/received"
+        | "PUT /v1/conversations/{id}/notifications" => CONVERSATION,
+        "GET /v1/devices" => &[],
+        "POST /v1/devices" => &[BadRequest],
+        "DELETE /v1/devices/{deviceId}"
+        | "PUT /v1/devices/{deviceId}/push"
+        | "DELETE /v1/devices/{deviceId}/push" => &[BadRequest, DeviceNotFound],
         "GET /v1/conversations/{id}/read-positions" => &[NotAMember, PermissionDenied],
         "GET /v1/user-stream" => &[BadRequest, ResyncRequired],
         "GET /v1/friends" | "GET /v1/blocks" | "GET /v1/groups" | "GET /v1/plugins" => &[],

@@ -109,6 +109,8 @@ pub struct MessagePage {
 pub struct ReadPosition {
     pub user_id: String,
     pub read_seq: i64,
+    /// How far the member's devices received the conversation (never below `readSeq`).
+    pub delivered_seq: i64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -124,6 +126,35 @@ pub struct ReadPositions {
 pub enum SendAnswer {
     Stored(crate::protocol::frames::SendAck),
     Live(crate::protocol::frames::LiveAck),
+}
+
+// ---- devices
+
+#[derive(Serialize, ToSchema)]
+pub struct Devices {
+    pub devices: Vec<crate::messaging::DeviceInfo>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceRemoved {
+    pub device_id: String,
+    pub removed: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PushToken {
+    pub device_id: String,
+    /// The provider of the token in force; `null` once cleared.
+    pub provider: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Notifications {
+    pub conversation_id: i64,
+    pub muted: bool,
 }
 
 // ---- the user stream, friends, blocks, presence
@@ -376,6 +407,8 @@ pub struct JoinDecision {
 pub struct Receipt {
     pub seq: i64,
     pub read: i64,
+    /// Members whose devices received it (those who read it included).
+    pub delivered: i64,
     pub of: i64,
 }
 

@@ -414,14 +414,20 @@ impl Cluster {
                 } => {
                     self.hub.kick(user, device, session, Close::Replaced);
                 }
-                wire::Message::Close { user, token, why } => {
-                    let which = match token.as_deref().map(hex::decode) {
-                        None => Which::All,
-                        Some(Ok(bytes)) => match <[u8; 16]>::try_from(bytes.as_slice()) {
+                wire::Message::Close {
+                    user,
+                    token,
+                    device,
+                    why,
+                } => {
+                    let which = match (token.as_deref().map(hex::decode), device) {
+                        (_, Some(device)) => Which::Device(device),
+                        (None, None) => Which::All,
+                        (Some(Ok(bytes)), None) => match <[u8; 16]>::try_from(bytes.as_slice()) {
                             Ok(t) => Which::Token(t),
                             Err(_) => continue,
                         },
-                        Some(Err(_)) => continue,
+                        (Some(Err(_)), None) => continue,
                     };
                     self.hub.close(user, which, why);
                 }
@@ -611,15 +617,17 @@ impl Delivery for Cluster {
     }
 
     /// Closes the user's connections on every node; how many on this one.
-    fn close(&self, user_id: &str, which: Which, why: Close) -> usize {
+    fn close(&self, user_id: &str, which: Which<'_>, why: Close) -> usize {
         let closed = self.hub.close(user_id, which, why);
-        let token = match which {
-            Which::All => None,
-            Which::Token(t) => Some(hex::encode(t)),
+        let (token, device) = match which {
+            Which::All => (None, None),
+            Which::Token(t) => (Some(hex::encode(t)), None),
+            Which::Device(d) => (None, Some(d)),
         };
         self.broadcast(wire::Message::Close {
             user: user_id,
             token,
+            device,
             why,
         });
         closed
@@ -644,6 +652,22 @@ impl Delivery for Cluster {
 
     fn close_all(&self) {
         self.hub.close_all();
+    }
+
+    /// What the routes say, with this node's own connections.
+    fn devices_online<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Option<Vec<String>>> {
+        Box::pin(async move {
+            let routes = self.redis(self.routes.lookup(&[user_id])).await?;
+            let mut devices: Vec<String> = routes
+                .into_iter()
+                .flatten()
+                .map(|(device, _)| device)
+                .chain(self.hub.online(user_id))
+                .collect();
+            devices.sort();
+            devices.dedup();
+            Some(devices)
+        })
     }
 
     fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>> {

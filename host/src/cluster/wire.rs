@@ -38,11 +38,15 @@ pub enum Message<'a> {
         device: &'a str,
         session: u64,
     },
-    /// Close a user's connections (all, or those of one token, hex), telling them `why`.
+    /// Close a user's connections (all, those of one token, hex, or one device's), telling
+    /// them `why`.
     Close {
         user: &'a str,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
+        /// Only this device's connection.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device: Option<&'a str>,
         why: Close,
     },
     Forget(Forget),

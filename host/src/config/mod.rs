@@ -32,6 +32,8 @@ pub struct Config {
     /// `[cluster]`: present, this node is one of several sharing PostgreSQL; absent, it
     /// runs alone.
     pub cluster: Option<ClusterConfig>,
+    /// `[push]`: offline notices to the deployer's webhook.
+    pub push: PushConfig,
     pub log: LogConfig,
     /// `[plugins.<name>]`: per-plugin switches, paths and pins, keyed by manifest name.
     pub plugins: BTreeMap<String, PluginEntry>,
@@ -152,6 +154,70 @@ pub struct MessagingConfig {
     pub max_group_members: u32,
     /// A user's friends are told of its presence at most once per this many seconds.
     pub presence_interval_secs: u64,
+    /// Keep delivered positions: a device's `received` moves its user's position, a
+    /// private conversation's other member gets a `delivered` frame, group receipts count
+    /// deliveries. Off: `received` is answered and nothing is written.
+    pub delivery_receipts: bool,
+}
+
+/// Offline push: a notice to the deployer's webhook (which forwards to APNs, FCM, …) when a
+/// stored message that counts toward unread reaches a user none of whose devices is online.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PushConfig {
+    /// Where notices are POSTed (`http://` or `https://`). Unset: no offline push.
+    pub webhook_url: Option<String>,
+    /// The key of each notice's HMAC-SHA256 signature (`x-courier-signature`), at least 32
+    /// characters; required with `webhook_url`.
+    pub webhook_secret: Option<String>,
+    /// A user's messages within this many milliseconds of the first go in one notice.
+    pub coalesce_ms: u64,
+    /// One POST waits at most this long for its answer.
+    pub timeout_secs: u64,
+    /// POSTs in flight at once.
+    pub concurrency: usize,
+    /// Users waiting for a notice at most; past it, notices are dropped (and counted).
+    pub queue: usize,
+}
+
+impl Default for PushConfig {
+    fn default() -> Self {
+        Self {
+            webhook_url: None,
+            webhook_secret: None,
+            coalesce_ms: 1000,
+            timeout_secs: 5,
+            concurrency: 8,
+            queue: 10_000,
+        }
+    }
+}
+
+impl PushConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        let Some(url) = &self.webhook_url else {
+            return Ok(());
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://"))
+            || url.parse::<http::Uri>().is_err()
+        {
+            return Err(ConfigError::Check(
+                "push.webhook_url must be an http:// or https:// URL".into(),
+            ));
+        }
+        if self.webhook_secret.as_ref().is_none_or(|s| s.len() < 32) {
+            return Err(ConfigError::Check(
+                "push.webhook_secret (at least 32 characters) is required with push.webhook_url"
+                    .into(),
+            ));
+        }
+        if self.timeout_secs == 0 || self.concurrency == 0 || self.queue == 0 {
+            return Err(ConfigError::Check(
+                "push.timeout_secs, push.concurrency and push.queue must be positive".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How the server writes its log (to stderr).
@@ -273,6 +339,7 @@ impl Default for MessagingConfig {
             recall_window_secs: 120,
             max_group_members: 2000,
             presence_interval_secs: 2,
+            delivery_receipts: true,
         }
     }
 }
@@ -435,6 +502,7 @@ impl Config {
         if let Some(c) = &self.cluster {
             c.check(self)?;
         }
+        self.push.check()?;
         if !(1..=64).contains(&self.storage.committers) {
             return Err(ConfigError::Check(
                 "storage.committers must be between 1 and 64".into(),

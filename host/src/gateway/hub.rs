@@ -321,12 +321,13 @@ impl Delivery for Hub {
     }
 
     /// Closes the connections of `user_id` that `which` picks; how many.
-    fn close(&self, user_id: &str, which: Which, why: Close) -> usize {
+    fn close(&self, user_id: &str, which: Which<'_>, why: Close) -> usize {
         let shard = self.shard(user_id).lock().expect("hub lock");
         let mut closed = 0;
         let picked = |d: &&Arc<Device>| match which {
             Which::All => true,
             Which::Token(t) => d.token == t,
+            Which::Device(id) => d.device_id == id,
         };
         for d in shard.get(user_id).into_iter().flatten().filter(picked) {
             d.outbox.close(why);

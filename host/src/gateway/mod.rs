@@ -54,9 +54,13 @@ pub struct Connect {
     /// `true`: this connection hears its friends' presence changes.
     #[serde(default)]
     presence: bool,
+    /// The device's name and platform, recorded when it registers (or changed).
+    device_name: Option<String>,
+    platform: Option<String>,
 }
 
-fn valid_device_id(s: &str) -> bool {
+/// A device id: 1 to 64 of A-Z a-z 0-9 _ . - :.
+pub fn valid_device_id(s: &str) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
@@ -70,6 +74,8 @@ fn valid_device_id(s: &str) -> bool {
         ("deviceId" = String, Query, description = "1 to 64 of A-Z a-z 0-9 _ . - :"),
         ("token" = Option<String>, Query, description = "the user's token, when not in `Authorization: Bearer`"),
         ("presence" = Option<bool>, Query, description = "`true`: this connection gets its friends' `presence` frames"),
+        ("deviceName" = Option<String>, Query, description = "the device's name, at most 64 characters (recorded when it registers, or changed)"),
+        ("platform" = Option<String>, Query, description = "the device's platform (ios, android, web, …), at most 64 characters"),
     ),
     responses((status = 101, description = "Switching Protocols: the connection is a WebSocket")))]
 pub async fn upgrade(
@@ -88,7 +94,20 @@ pub async fn upgrade(
     let device_id = q.device_id.filter(|d| valid_device_id(d)).ok_or_else(|| {
         Error::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
     })?;
+    let labels = [q.device_name.as_deref(), q.platform.as_deref()];
+    if labels
+        .iter()
+        .flatten()
+        .any(|l| !crate::messaging::valid_label(l))
+    {
+        return Err(Error::bad_request(
+            "deviceName and platform are at most 64 characters without control characters",
+        ));
+    }
     let accept = accept_key(&headers)?;
+    // Registered the first time it connects; a device its user removed is refused.
+    core.device_connects(&session.user_id, &device_id, labels[0], labels[1])
+        .await?;
     let on_upgrade = req
         .extensions_mut()
         .remove::<hyper::upgrade::OnUpgrade>()
@@ -212,17 +231,30 @@ async fn run(
     let device = Arc::new(device);
     tracing::Span::current().record("conn", format!("{:016x}", device.session));
     tracing::debug!("connected");
-    let hello = frames::hello(
-        &device.user_id,
-        &device.device_id,
-        device.session,
-        set.heartbeat_secs,
-        set.max_frame_bytes,
-    );
+    let hello = frames::hello(&frames::HelloFrame {
+        user_id: &device.user_id,
+        device_id: &device.device_id,
+        session: device.session,
+        heartbeat_secs: set.heartbeat_secs,
+        max_frame: set.max_frame_bytes,
+        receipts: set.receipts,
+    });
     // Registered before the hello is written, so a push right after the client read its
     // hello reaches it; pushes wait in the outbox until the hello is out.
     let first = hub.register(device.clone());
     links.connected(&device, first).await;
+    // A removal that committed after the upgrade's check closed the device before it was
+    // here to close: it is closed now.
+    if core
+        .device_was_removed(&device.user_id, &device.device_id)
+        .await
+    {
+        leave(&hub, &*links, &device).await;
+        core.device_left(&device.user_id, &device.device_id);
+        let goodbye = Box::pin(say_goodbye(&mut socket, Close::DeviceRemoved, &device));
+        let _ = tokio::time::timeout(GOODBYE, goodbye).await;
+        return;
+    }
     telemetry::frame_out(&hello);
     match tokio::time::timeout_at(handshake_deadline.into(), socket.send(Message::Text(hello)))
         .await
@@ -300,6 +332,7 @@ async fn run(
     };
     drop(out);
     leave(&hub, &*links, &device).await;
+    core.device_left(&device.user_id, &device.device_id);
     tracing::debug!("disconnected");
     match end {
         // The answer to the client's close frame is queued: send it; the server then
@@ -339,6 +372,7 @@ async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
         Close::Replaced => Some("this device connected again; this connection is closed"),
         Close::Revoked => Some("the token of this connection was revoked; log in again"),
         Close::Deleted => Some("the account was deleted"),
+        Close::DeviceRemoved => Some("this device was removed by its user"),
         _ => None,
     };
     if let Some(message) = kicked {
@@ -457,6 +491,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
     telemetry::frame_in(match peek.kind.as_deref() {
         Some("send") => "send",
         Some("read") => "read",
+        Some("received") => "received",
         Some("ping") => "ping",
         Some(_) => "unknown",
         None => "invalid",
@@ -504,6 +539,20 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             Err(e) => reply_err(
                 id,
                 Error::new(Code::BadFrame, format!("bad read frame: {e}")),
+            ),
+        },
+        Some("received") => match serde_json::from_str::<ReadFrame>(text) {
+            Ok(r) => {
+                let to = crate::messaging::Reply::Socket {
+                    to: device.clone(),
+                    id: r.id,
+                };
+                core.receive(&device.user_id, r.conversation_id, r.seq, to)
+                    .await;
+            }
+            Err(e) => reply_err(
+                id,
+                Error::new(Code::BadFrame, format!("bad received frame: {e}")),
             ),
         },
         Some("ping") => {

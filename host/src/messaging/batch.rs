@@ -11,7 +11,7 @@ use sqlx::AnyConnection;
 use super::rules::{SendView, may_send};
 use crate::protocol::Refused;
 use crate::store::batch::{
-    BatchError, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored, acc_at,
+    BatchError, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored, Writes, acc_at,
     committing, complete, create_pairs, lock_first, pair, read_position, recall_target,
     recalled_counting, write,
 };
@@ -52,6 +52,41 @@ pub enum Op {
         conversation_id: i64,
         seq: i64,
     },
+    /// A device received the conversation up to `seq`: the user's delivered position.
+    Received {
+        user_id: String,
+        conversation_id: i64,
+        seq: i64,
+    },
+}
+
+impl Op {
+    /// The conversation named by id (not a send to a peer).
+    fn conversation(&self) -> Option<i64> {
+        match self {
+            Op::Send(NewMessage {
+                target: Target::Conversation(id),
+                ..
+            })
+            | Op::Read {
+                conversation_id: id,
+                ..
+            }
+            | Op::Received {
+                conversation_id: id,
+                ..
+            } => Some(*id),
+            Op::Send(_) => None,
+        }
+    }
+
+    /// Who acts: the sender, reader or receiver.
+    fn actor(&self) -> &str {
+        match self {
+            Op::Send(m) => &m.sender_id,
+            Op::Read { user_id, .. } | Op::Received { user_id, .. } => user_id,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +107,16 @@ pub enum Outcome {
         /// `false`: the position was already at or past the requested seq.
         moved: bool,
         unread: i64,
+        members: Arc<[String]>,
+    },
+    Received {
+        conversation_id: i64,
+        conversation_type: u8,
+        user_id: String,
+        /// The position asked for, up to the conversation's end.
+        seq: i64,
+        /// It moved the user's delivered position (known once written).
+        moved: bool,
         members: Arc<[String]>,
     },
     Refused(Refused),
@@ -226,13 +271,15 @@ impl Known {
     fn take(&mut self, ops: &[Op]) -> Option<Decided> {
         let mut ids = Vec::with_capacity(ops.len());
         for op in ops {
-            let Op::Send(m) = op else { return None };
-            if m.recalls.is_some() {
-                return None;
-            }
-            let id = self.conversation_of(m)?;
+            let id = match op {
+                Op::Send(m) if m.recalls.is_none() => self.conversation_of(m)?,
+                Op::Received {
+                    conversation_id, ..
+                } => *conversation_id,
+                Op::Send(_) | Op::Read { .. } => return None,
+            };
             let (_, members) = self.conversations.get(&id)?;
-            if !members.any.contains_key(&m.sender_id) {
+            if !members.any.contains_key(op.actor()) {
                 return None;
             }
             ids.push(id);
@@ -261,9 +308,7 @@ impl Known {
         for op in ops {
             let id = match op {
                 Op::Send(m) => self.conversation_of(m),
-                Op::Read {
-                    conversation_id, ..
-                } => Some(*conversation_id),
+                Op::Read { .. } | Op::Received { .. } => op.conversation(),
             };
             if let Some(id) = id {
                 self.conversations.remove(&id);
@@ -325,7 +370,7 @@ impl Targets {
                     Target::Peer(p) if p != &m.sender_id => Some((p.clone(), m.sender_id.clone())),
                     _ => None,
                 },
-                Op::Read { .. } => None,
+                Op::Read { .. } | Op::Received { .. } => None,
             })
             .collect();
         by_peer.sort();
@@ -399,18 +444,7 @@ async fn lock_touched(
     ops: &[Op],
     ctx: &BatchContext<'_>,
 ) -> Result<(Targets, Found), BatchError> {
-    let mut ids: Vec<i64> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Send(m) => match m.target {
-                Target::Conversation(id) => Some(id),
-                Target::Peer(_) => None,
-            },
-            Op::Read {
-                conversation_id, ..
-            } => Some(*conversation_id),
-        })
-        .collect();
+    let mut ids: Vec<i64> = ops.iter().filter_map(Op::conversation).collect();
     ids.sort_unstable();
     ids.dedup();
     let by_peer = Targets::wanted(ops);
@@ -421,7 +455,7 @@ async fn lock_touched(
         .iter()
         .filter_map(|op| match op {
             Op::Send(m) => Some((m.sender_id.as_str(), m.client_msg_id.as_str())),
-            Op::Read { .. } => None,
+            Op::Read { .. } | Op::Received { .. } => None,
         })
         .collect();
     let mut found = lock_first(d, conn, opening, &ids, &pairs, &keys).await?;
@@ -447,11 +481,7 @@ async fn lock_touched(
         .iter()
         .filter_map(|op| match op {
             Op::Send(m) => Some((targets.conversation_of(m).ok()?, m.sender_id.as_str())),
-            Op::Read {
-                user_id,
-                conversation_id,
-                ..
-            } => Some((*conversation_id, user_id.as_str())),
+            Op::Read { .. } | Op::Received { .. } => Some((op.conversation()?, op.actor())),
         })
         .collect();
     complete(
@@ -508,6 +538,7 @@ async fn run(
     let mut pending = Pending::default();
     let mut in_batch: HashMap<(String, String), Arc<Stored>> = HashMap::new();
     let mut read_moves: HashMap<(String, i64), (i64, i64)> = HashMap::new();
+    let mut delivered: HashMap<(String, i64), i64> = HashMap::new();
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {
         let outcome = match op {
@@ -582,22 +613,53 @@ async fn run(
                 )
                 .await?
             }
+            Op::Received {
+                user_id,
+                conversation_id,
+                seq,
+            } => received(
+                user_id,
+                *conversation_id,
+                *seq,
+                &heads,
+                &mut members,
+                &mut delivered,
+            ),
         };
         outcomes.push(outcome);
     }
     stored_before.clear();
     // 3. The rest of the writes, in one statement.
-    let committed = write(
+    let written = write(
         d,
         conn,
-        &mut pending,
-        (&heads, checked),
-        &read_moves,
-        ctx.now,
+        Writes {
+            pending: &mut pending,
+            heads: (&heads, checked),
+            reads: &read_moves,
+            delivered: &delivered,
+            now: ctx.now,
+        },
         opening,
         closing,
     )
     .await?;
+    // Which `received` moved a position, now that the write said.
+    for outcome in &mut outcomes {
+        if let Outcome::Received {
+            conversation_id,
+            user_id,
+            seq,
+            moved,
+            ..
+        } = outcome
+        {
+            let key = (std::mem::take(user_id), *conversation_id);
+            *moved = written.delivered.get(&key) == Some(seq);
+            *user_id = key.0;
+        }
+    }
+    let committed = written.committed;
     let decided = Decided {
         heads,
         members,
@@ -614,19 +676,15 @@ async fn flush(
     pending: &mut Pending,
     now: i64,
 ) -> Result<(), BatchError> {
-    let heads = HashMap::new();
-    let moves = HashMap::new();
-    write(
-        d,
-        conn,
+    let (heads, reads, delivered) = (HashMap::new(), HashMap::new(), HashMap::new());
+    let writes = Writes {
         pending,
-        (&heads, Heads::Moved),
-        &moves,
+        heads: (&heads, Heads::Moved),
+        reads: &reads,
+        delivered: &delivered,
         now,
-        "",
-        "",
-    )
-    .await?;
+    };
+    write(d, conn, writes, "", "").await?;
     Ok(())
 }
 
@@ -770,4 +828,40 @@ async fn read(
         unread: unread(end_acc, read_acc, recalled),
         members: mem.recipients(),
     })
+}
+
+/// A device received a conversation up to `seq`: the user's delivered position moves
+/// there (up to the conversation's end, or where the user's membership ended), if it is
+/// not there already — which the write tells.
+fn received(
+    user_id: &str,
+    conversation_id: i64,
+    seq: i64,
+    heads: &HashMap<i64, Head>,
+    members: &mut HashMap<i64, Members>,
+    delivered: &mut HashMap<(String, i64), i64>,
+) -> Outcome {
+    let (Some(head), Some(mem)) = (
+        heads.get(&conversation_id),
+        members.get_mut(&conversation_id),
+    ) else {
+        return Outcome::Refused(Refused::NotAMember(conversation_id));
+    };
+    let Some(left_at) = mem.any.get(user_id).copied() else {
+        return Outcome::Refused(Refused::NotAMember(conversation_id));
+    };
+    let end = left_at.map_or(head.last_seq, |l| l.min(head.last_seq));
+    let seq = seq.clamp(0, end);
+    let position = delivered
+        .entry((user_id.to_string(), conversation_id))
+        .or_insert(0);
+    *position = (*position).max(seq);
+    Outcome::Received {
+        conversation_id,
+        conversation_type: head.conversation_type,
+        user_id: user_id.to_string(),
+        seq,
+        moved: false,
+        members: mem.recipients(),
+    }
 }

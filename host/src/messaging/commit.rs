@@ -9,11 +9,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Settings;
 use super::batch::{BatchContext, IdGen, Known, Op, Outcome, Target};
-use super::delivery::{Push, Respond};
+use super::delivery::{Committed, Push, Respond};
 use super::route::{Routes, pair};
 use crate::clock::now_ms;
 use crate::protocol::Error;
-use crate::protocol::frames::{self, ReadAck, SendAck};
+use crate::protocol::frames::{self, ReadAck, ReceivedAck, SendAck};
 use crate::store::batch::{BatchError, RecipientCache};
 use crate::store::{Store, Writer};
 use crate::telemetry::{self, SendOutcome};
@@ -23,6 +23,7 @@ use crate::telemetry::{self, SendOutcome};
 pub enum Answer {
     Sent(SendAck),
     Read(ReadAck),
+    Received(ReceivedAck),
 }
 
 /// Where the answer goes: a connection's responder (with the request's `id`), or an HTTP
@@ -47,12 +48,13 @@ impl Reply {
         }
     }
 
-    fn answer(self, a: Answer) {
+    pub(super) fn answer(self, a: Answer) {
         match self {
             Reply::Socket { to, id } => {
                 let frame = match &a {
                     Answer::Sent(ack) => frames::ack(id.as_deref(), ack),
                     Answer::Read(ack) => frames::ack(id.as_deref(), ack),
+                    Answer::Received(ack) => frames::ack(id.as_deref(), ack),
                 };
                 to.answer(frame);
             }
@@ -97,6 +99,8 @@ pub struct Shared {
     pub settings: Settings,
     /// Batches committed (or failed) since start-up.
     pub batches: Arc<std::sync::atomic::AtomicU64>,
+    /// The push bridge, if offline notices are on.
+    pub offline: Option<Arc<dyn super::Offline>>,
 }
 
 pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
@@ -108,6 +112,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
         recipients,
         settings,
         batches,
+        offline,
     } = &*shared;
     let mut writer = Writer::default();
     let mut known = Known::default();
@@ -140,9 +145,26 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
         match result {
             Ok(outcomes) => {
                 let mut pushes = Vec::with_capacity(outcomes.len());
+                let mut committed = Vec::new();
                 for ((op, (reply, key)), outcome) in
                     ops.drain(..).zip(replies.drain(..)).zip(outcomes)
                 {
+                    if offline.is_some()
+                        && let (
+                            Op::Send(m),
+                            Outcome::Sent {
+                                message,
+                                duplicate: false,
+                                recipients,
+                            },
+                        ) = (&op, &outcome)
+                        && m.counts_unread
+                    {
+                        committed.push(Committed {
+                            message: message.clone(),
+                            members: recipients.clone(),
+                        });
+                    }
                     if let (
                         Op::Send(m),
                         Outcome::Sent {
@@ -158,8 +180,14 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
                     count(&op, &outcome);
                     deliver(reply, outcome, &mut pushes);
                 }
-                // After every answer of the batch, all its pushes at once.
+                // After every answer of the batch, all its pushes at once; then what may
+                // need an offline notice.
                 delivery.push_all(pushes);
+                if let Some(offline) = offline
+                    && !committed.is_empty()
+                {
+                    offline.committed(committed);
+                }
             }
             Err(e) => {
                 tracing::error!(batch = ops.len(), "commit failed: {e}");
@@ -224,7 +252,7 @@ fn count(op: &Op, outcome: &Outcome) {
             duplicate: true, ..
         } => SendOutcome::Duplicate { took },
         Outcome::Refused(r) => SendOutcome::Refused(r.code().as_str()),
-        Outcome::Read { .. } => return,
+        Outcome::Read { .. } | Outcome::Received { .. } => return,
     };
     telemetry::send(Some(m.content_type), answer);
 }
@@ -277,6 +305,27 @@ fn deliver(reply: Reply, outcome: Outcome, pushes: &mut Vec<Push>) {
                     let receipt = frames::read(conversation_id, &user_id, read_seq, None);
                     pushes.push(Push::persistent(peers, receipt, 0));
                 }
+            }
+        }
+        Outcome::Received {
+            conversation_id,
+            conversation_type,
+            user_id,
+            seq,
+            moved,
+            members,
+        } => {
+            reply.answer(Answer::Received(ReceivedAck {
+                conversation_id,
+                delivered_seq: seq,
+                moved,
+            }));
+            // The delivery notice: in a private conversation, to the other member.
+            if moved && conversation_type == 1 {
+                let peers: Arc<[String]> =
+                    members.iter().filter(|m| **m != user_id).cloned().collect();
+                let notice = frames::delivered(conversation_id, &user_id, seq);
+                pushes.push(Push::persistent(peers, notice, 0));
             }
         }
         Outcome::Refused(r) => reply.error(&r.into()),

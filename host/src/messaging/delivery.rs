@@ -37,10 +37,12 @@ pub struct Reach {
 
 /// Which of a user's connections to close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
+pub enum Which<'a> {
     All,
     /// Those opened with this token.
     Token(TokenId),
+    /// The device's, whatever its session.
+    Device(&'a str),
 }
 
 /// What a node's caches may hold that a change made elsewhere makes wrong. A node drops
@@ -113,12 +115,18 @@ pub trait Delivery: Send + Sync {
         class: Class,
     ) -> Reach;
 
-    /// The devices of `user_id` connected now.
+    /// The devices of `user_id` connected now (to this node).
     fn online(&self, user_id: &str) -> Vec<String>;
+
+    /// The devices of `user_id` connected anywhere (in cluster mode, what the routes
+    /// say); `None` when that cannot be known now (Redis unreachable).
+    fn devices_online<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Option<Vec<String>>> {
+        Box::pin(std::future::ready(Some(self.online(user_id))))
+    }
 
     /// Closes the connections of `user_id` that `which` picks, telling them `why`; how
     /// many.
-    fn close(&self, user_id: &str, which: Which, why: Close) -> usize;
+    fn close(&self, user_id: &str, which: Which<'_>, why: Close) -> usize;
 
     /// Closes one device's connection, only if `session` is still its current one.
     fn kick(&self, user_id: &str, device_id: &str, session: u64, why: Close) -> bool;
@@ -185,6 +193,20 @@ pub struct ClusterStats {
     pub publishes: u64,
     /// Pushes or messages for other nodes lost (queue full, bus away); devices pull them.
     pub lost: u64,
+}
+
+/// A stored message that counts toward unread, just committed, and who may be offline.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub message: Arc<crate::protocol::Stored>,
+    /// Its conversation's members then (the sender among them).
+    pub members: Arc<[String]>,
+}
+
+/// Where committed messages go that may need an offline notice (the push bridge). It must
+/// not wait: it is called on the committer's task, after the pushes.
+pub trait Offline: Send + Sync {
+    fn committed(&self, messages: Vec<Committed>);
 }
 
 /// Where the answer to one request goes (a connection's queue): it is never dropped.

@@ -6,6 +6,7 @@ mod accounts;
 pub mod batch;
 mod commit;
 mod delivery;
+mod devices;
 mod route;
 mod rules;
 
@@ -33,8 +34,10 @@ pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
 pub use commit::{Answer, Reply};
 pub use delivery::{
-    ClusterStats, Delivery, Forget, LatestKey, PRESENCE, Push, Reach, Respond, Which, user_key,
+    ClusterStats, Committed, Delivery, Forget, LatestKey, Offline, PRESENCE, Push, Reach, Respond,
+    Which, user_key,
 };
+pub use devices::{DeviceInfo, valid_label};
 
 /// Settings of the send path, from the config at start-up.
 #[derive(Debug, Clone)]
@@ -55,6 +58,8 @@ pub struct Settings {
     pub handshake_secs: u64,
     pub registration: bool,
     pub max_group_members: u32,
+    /// Delivered positions are kept (`received` frames count).
+    pub receipts: bool,
     /// Cluster mode: what this node caches of members and accounts is read again after
     /// this long, even if no invalidation arrived (the bus may have lost it).
     pub cache_max_age: Option<std::time::Duration>,
@@ -126,6 +131,8 @@ pub struct Core {
     /// Moves on with every change of the member cache, so a read that raced a change does
     /// not cache what it read.
     generation: AtomicU64,
+    /// When devices connected or went away, written in rounds.
+    last_seen: Arc<devices::LastSeen>,
 }
 
 impl Core {
@@ -135,6 +142,7 @@ impl Core {
         tokens: Tokens,
         settings: Settings,
         delivery: Arc<dyn Delivery>,
+        offline: Option<Arc<dyn Offline>>,
     ) -> Arc<Core> {
         let committers = match store.dialect() {
             Dialect::Sqlite => 1,
@@ -152,7 +160,10 @@ impl Core {
             recipients,
             settings: settings.clone(),
             batches: batches.clone(),
+            offline,
         });
+        let last_seen = Arc::new(devices::LastSeen::default());
+        tokio::spawn(devices::record_last_seen(last_seen.clone(), store.clone()));
         let mut commits = Vec::new();
         for _ in 0..routes.committers() {
             let (tx, rx) = mpsc::channel(settings.batch_max * 8);
@@ -173,6 +184,7 @@ impl Core {
             accounts: Mutex::new(HashMap::new()),
             ids,
             generation: AtomicU64::new(0),
+            last_seen,
         })
     }
 
@@ -274,6 +286,9 @@ impl Core {
             Op::Read {
                 conversation_id, ..
             }
+            | Op::Received {
+                conversation_id, ..
+            }
             | Op::Send(NewMessage {
                 target: Target::Conversation(conversation_id),
                 ..
@@ -321,6 +336,24 @@ impl Core {
             commit::count_refused(&job.op, &e);
             job.reply.error(&e);
         }
+    }
+
+    /// A device received a conversation up to `seq`: the committer moves its user's
+    /// delivered position; with receipts off it is answered at once, nothing written.
+    pub async fn receive(&self, user_id: &str, conversation_id: i64, seq: i64, reply: Reply) {
+        if !self.settings.receipts {
+            return reply.answer(commit::Answer::Received(frames::ReceivedAck {
+                conversation_id,
+                delivered_seq: seq.max(0),
+                moved: false,
+            }));
+        }
+        let op = Op::Received {
+            user_id: user_id.to_string(),
+            conversation_id,
+            seq,
+        };
+        self.submit(op, reply).await;
     }
 
     /// Submits and waits (HTTP).

@@ -81,6 +81,8 @@ codes! {
     GroupDissolved = "group_dissolved",
     GroupFull = "group_full",
     ResyncRequired = "resync_required",
+    DeviceRemoved = "device_removed",
+    DeviceNotFound = "device_not_found",
     Internal = "internal",
     /// WebSocket only: not JSON, no `type`, a bad `id`, binary data, a missing field.
     BadFrame = "bad_frame",

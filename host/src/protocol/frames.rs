@@ -147,6 +147,16 @@ pub struct ReadAck {
     pub unread: i64,
 }
 
+/// The answer to a `received`: the position acknowledged (up to the conversation's end),
+/// and whether it moved the user's delivered position.
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceivedAck {
+    pub conversation_id: i64,
+    pub delivered_seq: i64,
+    pub moved: bool,
+}
+
 #[derive(Serialize)]
 struct Ack<'a, T: Serialize> {
     #[serde(rename = "type")]
@@ -209,6 +219,26 @@ pub fn read(conversation_id: i64, user_id: &str, read_seq: i64, unread: Option<i
     })
 }
 
+/// A member's devices received a private conversation up to `seq` (the delivery notice
+/// to the other member).
+pub fn delivered(conversation_id: i64, user_id: &str, seq: i64) -> Utf8Bytes {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Delivered<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        conversation_id: i64,
+        user_id: &'a str,
+        seq: i64,
+    }
+    encode(&Delivered {
+        kind: "delivered",
+        conversation_id,
+        user_id,
+        seq,
+    })
+}
+
 pub fn pong(id: Option<&str>, server_time: i64) -> Utf8Bytes {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -226,13 +256,18 @@ pub fn pong(id: Option<&str>, server_time: i64) -> Utf8Bytes {
     })
 }
 
-pub fn hello(
-    user_id: &str,
-    device_id: &str,
-    session: u64,
-    heartbeat_secs: u64,
-    max_frame: usize,
-) -> Utf8Bytes {
+/// What a connection is told first: who it is and what the server expects of it.
+pub struct HelloFrame<'a> {
+    pub user_id: &'a str,
+    pub device_id: &'a str,
+    pub session: u64,
+    pub heartbeat_secs: u64,
+    pub max_frame: usize,
+    /// The server keeps delivered positions (`received` frames count).
+    pub receipts: bool,
+}
+
+pub fn hello(h: &HelloFrame<'_>) -> Utf8Bytes {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Hello<'a> {
@@ -243,14 +278,16 @@ pub fn hello(
         session_id: String,
         heartbeat_secs: u64,
         max_frame_bytes: usize,
+        receipts: bool,
     }
     encode(&Hello {
         kind: "hello",
-        user_id,
-        device_id,
-        session_id: format!("{session:016x}"),
-        heartbeat_secs,
-        max_frame_bytes: max_frame,
+        user_id: h.user_id,
+        device_id: h.device_id,
+        session_id: format!("{:016x}", h.session),
+        heartbeat_secs: h.heartbeat_secs,
+        max_frame_bytes: h.max_frame,
+        receipts: h.receipts,
     })
 }
 
@@ -330,8 +367,16 @@ pub fn presence(user_id: &str, online: bool, at: i64) -> Utf8Bytes {
 }
 
 /// Every `type` of a frame the server writes.
-pub const SERVER_FRAME_TYPES: [&str; 8] = [
-    "notify", "ack", "error", "read", "pong", "hello", "kicked", "presence",
+pub const SERVER_FRAME_TYPES: [&str; 9] = [
+    "notify",
+    "ack",
+    "error",
+    "read",
+    "delivered",
+    "pong",
+    "hello",
+    "kicked",
+    "presence",
 ];
 
 /// The `type` of a frame the server wrote (each starts `{"type":"…"`), for the metrics;
@@ -356,7 +401,18 @@ mod type_tests {
     fn the_type_of_every_frame_is_read_from_its_start() {
         let e = Error::new(super::super::Code::BadFrame, "x");
         for (frame, kind) in [
-            (hello("u", "d", 1, 60, 1000), "hello"),
+            (
+                hello(&HelloFrame {
+                    user_id: "u",
+                    device_id: "d",
+                    session: 1,
+                    heartbeat_secs: 60,
+                    max_frame: 1000,
+                    receipts: true,
+                }),
+                "hello",
+            ),
+            (delivered(1, "u", 2), "delivered"),
             (ack(Some("1"), &serde_json::json!({})), "ack"),
             (error(None, &e), "error"),
             (pong(None, 1), "pong"),

@@ -72,6 +72,8 @@ pub enum Close {
     Revoked,
     /// The account was deleted.
     Deleted,
+    /// Its user removed this device (`DELETE /v1/devices/{id}`).
+    DeviceRemoved,
 }
 
 impl Close {
@@ -86,6 +88,7 @@ impl Close {
             Close::NotUtf8 => 1007,
             Close::Revoked => 4003,
             Close::Deleted => 4004,
+            Close::DeviceRemoved => 4009,
         }
     }
 
@@ -100,6 +103,7 @@ impl Close {
             Close::NotUtf8 => "invalid_utf8",
             Close::Revoked => "token_revoked",
             Close::Deleted => "account_deleted",
+            Close::DeviceRemoved => "device_removed",
         }
     }
 }

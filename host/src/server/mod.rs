@@ -47,6 +47,7 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
         handshake_secs: config.gateway.handshake_secs,
         registration: config.auth.registration,
         max_group_members: config.messaging.max_group_members.max(1),
+        receipts: config.messaging.delivery_receipts,
         cache_max_age: config
             .cluster
             .as_ref()
@@ -56,7 +57,8 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
     let interval = Duration::from_secs(config.messaging.presence_interval_secs);
     match &config.cluster {
         None => {
-            let core = Core::start(store, registry, tokens, settings, hub.clone());
+            let offline = crate::push::Bridge::start(&config.push, &store, &registry, hub.clone());
+            let core = Core::start(store, registry, tokens, settings, hub.clone(), offline);
             let presence = PresenceThrottle::new(core.clone(), interval);
             Ok(Gateway {
                 core,
@@ -68,7 +70,9 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
             let (cluster, incoming) = Cluster::start(c, config.server.listen, hub.clone())
                 .await
                 .context("cluster mode")?;
-            let core = Core::start(store, registry, tokens, settings, cluster.clone());
+            let offline =
+                crate::push::Bridge::start(&config.push, &store, &registry, cluster.clone());
+            let core = Core::start(store, registry, tokens, settings, cluster.clone(), offline);
             let presence = PresenceThrottle::new(core.clone(), interval);
             cluster.attach(core.clone(), presence, incoming);
             Ok(Gateway {

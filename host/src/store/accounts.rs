@@ -231,7 +231,7 @@ impl Store {
 
 /// Gives a deleted account's rows its alias: every membership, read position, message,
 /// friendship, request and block of `from` becomes `to`'s, its pending join requests go,
-/// its own user stream goes, its private conversations are marked (members.state 4) so
+/// its devices (and their push tokens) go, its own user stream goes, its private conversations are marked (members.state 4) so
 /// sends to them are refused, and the groups it was in move to a new version (their
 /// cached member lists name `from`). The `users` row stays as the tombstone: deleted, no
 /// password, its alias noted, no token valid. Runs inside the caller's transaction.
@@ -266,12 +266,14 @@ pub(crate) async fn rename_account(
         .execute(&mut *conn)
         .await?;
     }
-    // Its pending join requests, its own user stream and its revoked tokens: no one's now.
+    // Its pending join requests, its own user stream, its revoked tokens and its devices:
+    // no one's now.
     for gone in [
         "group_join_requests WHERE user_id = $1 AND state = 0",
         "user_events WHERE user_id = $1",
         "user_streams WHERE user_id = $1",
         "revoked_tokens WHERE user_id = $1",
+        "devices WHERE user_id = $1",
     ] {
         sqlx::query(&format!("DELETE FROM {gone}"))
             .bind(from)

@@ -620,8 +620,15 @@ pub async fn save_join_request(
     Ok(())
 }
 
-/// Per seq asked for: `(seq, read, of)`, or `None` for a seq not in the conversation.
-pub type Receipt = Option<(i64, i64, i64)>;
+/// One message's receipt: of `of` members counted, `read` read it and `delivered` got it
+/// (reading counts as getting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    pub seq: i64,
+    pub read: i64,
+    pub delivered: i64,
+    pub of: i64,
+}
 
 /// A group's pending join requests (inside a change).
 pub async fn pending_join_requests_in(
@@ -709,7 +716,12 @@ impl Store {
     /// its sender), how many have read it. Two statements however many seqs are asked: the
     /// senders, then one pass over the current members with their read positions; the
     /// counting is done here.
-    pub async fn receipts(&self, conversation_id: i64, seqs: &[i64]) -> sqlx::Result<Vec<Receipt>> {
+    /// Per seq asked for, its receipt, or `None` for a seq not in the conversation.
+    pub async fn receipts(
+        &self,
+        conversation_id: i64,
+        seqs: &[i64],
+    ) -> sqlx::Result<Vec<Option<Receipt>>> {
         let d = self.dialect();
         let mut conn = self.read().acquire().await?;
         let keys: Vec<(i64, i64)> = seqs.iter().map(|&seq| (conversation_id, seq)).collect();
@@ -731,10 +743,11 @@ impl Store {
         let Some(&latest) = senders.keys().max() else {
             return Ok(vec![None; seqs.len()]);
         };
-        // (user, joined_after_seq, read_seq) of everyone counted for at least one seq.
-        let members: Vec<(String, i64, i64)> = sqlx::query(
-            "SELECT m.user_id, m.joined_after_seq, COALESCE(rp.read_seq, 0) \
-             FROM members m LEFT JOIN read_positions rp \
+        // (user, joined_after_seq, read_seq, delivered_seq) of everyone counted for at least
+        // one seq.
+        let members: Vec<Position> = sqlx::query(
+            "SELECT m.user_id, m.joined_after_seq, COALESCE(rp.read_seq, 0), \
+             COALESCE(rp.delivered_seq, 0) FROM members m LEFT JOIN read_positions rp \
              ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
              WHERE m.conversation_id = $1 AND m.left_at_seq IS NULL AND m.joined_after_seq < $2",
         )
@@ -743,28 +756,33 @@ impl Store {
         .fetch_all(&mut *conn)
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
         .collect::<sqlx::Result<_>>()?;
         Ok(seqs
             .iter()
-            .map(|&seq| {
-                let sender = senders.get(&seq)?;
-                let (read, of) = receipt(&members, seq, sender);
-                Some((seq, read, of))
-            })
+            .map(|&seq| Some(receipt(&members, seq, senders.get(&seq)?)))
             .collect())
     }
 }
 
-/// `(read, of)` of the message at `seq` sent by `sender`, over the current members'
-/// `(user, joined_after_seq, read_seq)`.
-fn receipt(members: &[(String, i64, i64)], seq: i64, sender: &str) -> (i64, i64) {
-    let (mut read, mut of) = (0, 0);
-    for (user, after, read_seq) in members {
+/// A current member's `(user, joined_after_seq, read_seq, delivered_seq)`.
+type Position = (String, i64, i64, i64);
+
+/// The receipt of the message at `seq` sent by `sender`, over the current members'
+/// positions.
+fn receipt(members: &[Position], seq: i64, sender: &str) -> Receipt {
+    let mut r = Receipt {
+        seq,
+        read: 0,
+        delivered: 0,
+        of: 0,
+    };
+    for (user, after, read_seq, delivered_seq) in members {
         if *after < seq && user != sender {
-            of += 1;
-            read += i64::from(*read_seq >= seq);
+            r.of += 1;
+            r.read += i64::from(*read_seq >= seq);
+            r.delivered += i64::from(*read_seq >= seq || *delivered_seq >= seq);
         }
     }
-    (read, of)
+    r
 }

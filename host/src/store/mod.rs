@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod batch;
+pub mod devices;
 pub mod groups;
 pub mod social;
 pub mod stream;
@@ -373,7 +374,7 @@ impl Store {
             // batch that met the broken one runs again (`messaging::commit`).
             let pinging = health.clone();
             let pool = AnyPoolOptions::new()
-                .max_connections(cfg.max_connections + cfg.committers as u32)
+                .max_connections(cfg.max_connections)
                 .test_before_acquire(false)
                 .before_acquire(move |conn, _| {
                     let health = pinging.clone();

@@ -392,9 +392,12 @@ impl Store {
         &self,
         conversation_id: i64,
         except: &str,
-    ) -> sqlx::Result<Vec<(String, i64)>> {
+    ) -> sqlx::Result<Vec<(String, i64, i64)>> {
+        // A read delivers too: the delivered position is never below the read one.
         sqlx::query(
-            "SELECT m.user_id, COALESCE(rp.read_seq, 0) FROM members m \
+            "SELECT m.user_id, COALESCE(rp.read_seq, 0), \
+             COALESCE(CASE WHEN rp.delivered_seq > rp.read_seq THEN rp.delivered_seq \
+             ELSE rp.read_seq END, 0) FROM members m \
              LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
              WHERE m.conversation_id = $1 AND m.user_id <> $2 AND m.left_at_seq IS NULL \
              ORDER BY m.user_id LIMIT 500",
@@ -404,7 +407,7 @@ impl Store {
         .fetch_all(self.read())
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
         .collect()
     }
 }

@@ -125,15 +125,14 @@ pub async fn lock_first(
             found.stored.insert(key, (Arc::new(stored), recalled));
             continue;
         }
-        if !found.heads.contains_key(&id) {
-            let head = Head::read(
+        if let std::collections::hash_map::Entry::Vacant(slot) = found.heads.entry(id) {
+            slot.insert(Head::read(
                 id,
                 row.try_get::<i64, _>(2)? as u8,
                 row.try_get(3)?,
                 row.try_get(4)?,
                 row.try_get(11)?,
-            );
-            found.heads.insert(id, head);
+            ));
         }
         if let (Some(lo), Some(hi)) = (
             row.try_get::<Option<String>, _>(9)?,

@@ -1,5 +1,5 @@
-//! The writes of a batch (new messages, moved heads and read positions, recall marks) and
-//! the message a recall reads.
+//! The writes of a batch (new messages, moved heads, read and delivered positions, recall
+//! marks) and the message a recall reads.
 
 use std::collections::HashMap;
 
@@ -18,27 +18,46 @@ pub enum Heads {
     Checked,
 }
 
-/// Writes what a batch decided so far in one statement (one round trip): the new messages
-/// of `pending`, the heads among `heads` (each written only if its last seq and version
-/// are still as read, else the statement fails with `BatchError::Stale`), the read
-/// positions of `moves` (they only move forward); then the recall marks of `pending`.
+/// What a batch writes at once.
+pub struct Writes<'a> {
+    /// New messages and recall marks.
+    pub pending: &'a mut Pending,
+    /// The heads, and which of them the write names.
+    pub heads: (&'a HashMap<i64, Head>, Heads),
+    /// Read positions to move: (user, conversation) → (seq, its running count).
+    pub reads: &'a HashMap<(String, i64), (i64, i64)>,
+    /// Delivered positions to move: (user, conversation) → seq.
+    pub delivered: &'a HashMap<(String, i64), i64>,
+    pub now: i64,
+}
+
+/// What a write did.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// Its statement ended the transaction (`closing`).
+    pub committed: bool,
+    /// The delivered positions it moved: (user, conversation) → where to.
+    pub delivered: HashMap<(String, i64), i64>,
+}
+
+/// Writes what a batch decided so far in one statement (one round trip): the new messages,
+/// the heads (each written only if its last seq and version are still as read, else the
+/// statement fails with `BatchError::Stale`), the read and delivered positions (they only
+/// move forward, and a read moves the delivered position too); then the recall marks.
 /// `opening` starts the statement (SQLite's `BEGIN` when nothing came before it) and
-/// `closing` ends it when nothing follows it (SQLite's `COMMIT`, see `BatchTx`); says
-/// whether it did. Its arguments are JSON arrays, so every batch runs the same prepared
-/// statement whatever its size.
-#[allow(clippy::too_many_arguments)]
+/// `closing` ends it when nothing follows it (SQLite's `COMMIT`, see `BatchTx`). Its
+/// arguments are JSON arrays, so every batch runs the same prepared statement whatever its
+/// size.
 pub async fn write(
     d: Dialect,
     conn: &mut AnyConnection,
-    pending: &mut Pending,
-    heads: (&HashMap<i64, Head>, Heads),
-    moves: &HashMap<(String, i64), (i64, i64)>,
-    now: i64,
+    w: Writes<'_>,
     opening: &str,
     closing: &str,
-) -> Result<bool, BatchError> {
-    let (heads, which) = heads;
-    let messages: Vec<_> = pending
+) -> Result<Written, BatchError> {
+    let (heads, which) = w.heads;
+    let messages: Vec<_> = w
+        .pending
         .messages
         .iter()
         .map(|(m, client_msg_id, counts, acc)| {
@@ -70,17 +89,14 @@ pub async fn write(
             )
         })
         .collect();
-    let moves: Vec<_> = moves
-        .iter()
-        .map(|((user, conversation), (seq, acc))| (user.as_str(), *conversation, *seq, *acc))
-        .collect();
-    let mut committed = false;
-    if !(messages.is_empty() && heads.is_empty() && moves.is_empty()) {
+    let positions = positions(w.reads, w.delivered);
+    let mut written = Written::default();
+    if !(messages.is_empty() && heads.is_empty() && positions.is_empty()) {
         // The transaction ends with it, unless recall marks follow.
-        let closing = match (closing, pending.recalls.is_empty()) {
+        let closing = match (closing, w.pending.recalls.is_empty()) {
             ("", _) | (_, false) => "",
             (closing, true) => {
-                committed = true;
+                written.committed = true;
                 closing
             }
         };
@@ -88,11 +104,11 @@ pub async fn write(
             ("", "") => std::borrow::Cow::Borrowed(write_sql(d)),
             _ => std::borrow::Cow::Owned(format!("{opening}{}{closing}", write_sql(d))),
         };
-        sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(json(&messages))
             .bind(json(&heads))
-            .bind(json(&moves))
-            .bind(now)
+            .bind(json(&positions))
+            .bind(w.now)
             // PostgreSQL: the heads again as an array, so the update finds them by index.
             .bind(format!(
                 "{{{}}}",
@@ -102,12 +118,24 @@ pub async fn write(
                     .collect::<Vec<_>>()
                     .join(",")
             ))
-            .execute(&mut *conn)
+            .fetch_all(&mut *conn)
             .await
             .map_err(classify)?;
+        // (before?, user, conversation, delivered): SQLite says where the positions were
+        // and where they are; PostgreSQL only those that moved.
+        let mut before: HashMap<(String, i64), i64> = HashMap::new();
+        for row in rows {
+            let key = (row.try_get::<String, _>(1)?, row.try_get::<i64, _>(2)?);
+            let at: i64 = row.try_get(3)?;
+            if row.try_get::<i64, _>(0)? == 0 {
+                before.insert(key, at);
+            } else if at > before.get(&key).copied().unwrap_or(0) {
+                written.delivered.insert(key, at);
+            }
+        }
     }
-    pending.messages.clear();
-    for (conversation_id, target, by) in pending.recalls.drain(..) {
+    w.pending.messages.clear();
+    for (conversation_id, target, by) in w.pending.recalls.drain(..) {
         sqlx::query("UPDATE messages SET recalled_by = $1 WHERE conversation_id = $2 AND seq = $3")
             .bind(by)
             .bind(conversation_id)
@@ -115,16 +143,41 @@ pub async fn write(
             .execute(&mut *conn)
             .await?;
     }
-    Ok(committed)
+    Ok(written)
+}
+
+/// The position rows of a write: (user, conversation, read seq, its running count,
+/// delivered seq), 0 where the batch moves only the other; a read delivers too.
+fn positions<'a>(
+    reads: &'a HashMap<(String, i64), (i64, i64)>,
+    delivered: &'a HashMap<(String, i64), i64>,
+) -> Vec<(&'a str, i64, i64, i64, i64)> {
+    let mut rows: HashMap<(&str, i64), (i64, i64, i64)> = HashMap::new();
+    for ((user, conversation), (seq, acc)) in reads {
+        rows.insert((user.as_str(), *conversation), (*seq, *acc, *seq));
+    }
+    for ((user, conversation), seq) in delivered {
+        let row = rows
+            .entry((user.as_str(), *conversation))
+            .or_insert((0, 0, 0));
+        row.2 = row.2.max(*seq);
+    }
+    rows.into_iter()
+        .map(|((user, conversation), (seq, acc, delivered))| {
+            (user, conversation, seq, acc, delivered)
+        })
+        .collect()
 }
 
 /// The statement of `write`: `$1` messages, `$2` heads (id, last seq, count, the last seq
-/// and version as read, moved), `$3` read moves, `$4` now, `$5` the heads' ids
-/// (PostgreSQL). A head whose last seq or version is not as read gets a NULL last seq: a
-/// NOT NULL violation, which fails the statement (`BatchError::Stale`).
+/// and version as read, moved), `$3` positions (user, conversation, read seq, its count,
+/// delivered seq), `$4` now, `$5` the heads' ids (PostgreSQL). A head whose last seq or
+/// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
+/// statement (`BatchError::Stale`). It answers the delivered positions it moved.
 fn write_sql(d: Dialect) -> &'static str {
     match d {
-        // One statement: the inserts and the update run as data-modifying CTEs.
+        // One statement: the inserts and the update run as data-modifying CTEs; the
+        // positions as they were come from the statement's snapshot, before its upsert.
         Dialect::Postgres => {
             "WITH new_messages AS (INSERT INTO messages (conversation_id, seq, msg_id, \
              sender_id, client_msg_id, content_type, payload, server_time, counts_unread, \
@@ -139,18 +192,33 @@ fn write_sql(d: Dialect) -> &'static str {
              WHEN e->>5 = '1' THEN $4 ELSE conversations.last_time END \
              FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
              WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
-             AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[]))) \
-             INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
-             SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), CAST(e->>3 AS BIGINT), $4 \
-             FROM jsonb_array_elements(CAST($3 AS jsonb)) e \
+             AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[]))), \
+             before AS (SELECT p.user_id, p.conversation_id, p.delivered_seq \
+             FROM jsonb_array_elements(CAST($3 AS jsonb)) e CROSS JOIN LATERAL \
+             (SELECT user_id, conversation_id, delivered_seq FROM read_positions \
+             WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) OFFSET 0) p), \
+             moved AS (INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
+             delivered_seq, updated_at) \
+             SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), CAST(e->>3 AS BIGINT), \
+             CAST(e->>4 AS BIGINT), $4 FROM jsonb_array_elements(CAST($3 AS jsonb)) e \
              ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
-             read_seq = excluded.read_seq, read_acc = excluded.read_acc, \
-             updated_at = excluded.updated_at WHERE excluded.read_seq > read_positions.read_seq"
+             read_seq = GREATEST(read_positions.read_seq, excluded.read_seq), \
+             read_acc = CASE WHEN excluded.read_seq > read_positions.read_seq \
+             THEN excluded.read_acc ELSE read_positions.read_acc END, \
+             delivered_seq = GREATEST(read_positions.delivered_seq, excluded.delivered_seq), \
+             updated_at = excluded.updated_at \
+             WHERE excluded.read_seq > read_positions.read_seq \
+             OR excluded.delivered_seq > read_positions.delivered_seq \
+             RETURNING user_id, conversation_id, delivered_seq) \
+             SELECT CAST(1 AS BIGINT), m.user_id, m.conversation_id, m.delivered_seq FROM moved m \
+             LEFT JOIN before b ON b.user_id = m.user_id AND b.conversation_id = m.conversation_id \
+             WHERE m.delivered_seq > COALESCE(b.delivered_seq, 0)"
         }
-        // Three statements in one call: one hand-off to the database's thread. The heads
-        // first: a head that moved fails the call before anything else is written. `OR
-        // FAIL`: a failed statement is never undone on its own (the whole transaction is
-        // rolled back), so SQLite keeps no statement journal for it.
+        // Statements in one call: one hand-off to the database's thread. The heads first:
+        // a head that moved fails the call before anything else is written. `OR FAIL`: a
+        // failed statement is never undone on its own (the whole transaction is rolled
+        // back), so SQLite keeps no statement journal for it. The positions as they were
+        // are read just before they are written.
         Dialect::Sqlite => {
             "UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.value->>3 \
              AND version = e.value->>4 THEN e.value->>1 END, unread_acc = e.value->>2, \
@@ -160,11 +228,22 @@ fn write_sql(d: Dialect) -> &'static str {
              client_msg_id, content_type, payload, server_time, counts_unread, unread_acc) \
              SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
              value->>6, value->>7, value->>8, value->>9 FROM json_each($1); \
-             INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, updated_at) \
-             SELECT value->>0, value->>1, value->>2, value->>3, $4 FROM json_each($3) WHERE true \
+             SELECT 0, p.user_id, p.conversation_id, p.delivered_seq FROM json_each($3) e \
+             JOIN read_positions p ON p.user_id = e.value->>0 \
+             AND p.conversation_id = e.value->>1 WHERE e.value->>4 > 0; \
+             INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
+             delivered_seq, updated_at) \
+             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, $4 \
+             FROM json_each($3) WHERE true \
              ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
-             read_seq = excluded.read_seq, read_acc = excluded.read_acc, \
-             updated_at = excluded.updated_at WHERE excluded.read_seq > read_positions.read_seq"
+             read_seq = max(read_positions.read_seq, excluded.read_seq), \
+             read_acc = CASE WHEN excluded.read_seq > read_positions.read_seq \
+             THEN excluded.read_acc ELSE read_positions.read_acc END, \
+             delivered_seq = max(read_positions.delivered_seq, excluded.delivered_seq), \
+             updated_at = excluded.updated_at \
+             WHERE excluded.read_seq > read_positions.read_seq \
+             OR excluded.delivered_seq > read_positions.delivered_seq \
+             RETURNING 1, user_id, conversation_id, delivered_seq"
         }
     }
 }

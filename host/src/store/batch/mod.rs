@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::protocol::Error;
 pub use crate::protocol::{Pair, Stored, pair};
 pub use heads::{Found, complete, lock_first};
-pub use messages::{Heads, RecallTarget, recall_target, write};
+pub use messages::{Heads, RecallTarget, Writes, Written, recall_target, write};
 pub use pairs::{create_pairs, find_pairs, resolve_pairs};
 pub use reads::{acc_at, read_position, recalled_counting};
 

@@ -1,0 +1,333 @@
+//! Offline push: a bridge, not a push service. When a stored message that counts toward
+//! unread reaches a user none of whose devices is online anywhere, the deployer's webhook
+//! gets one signed notice per user and burst (the user's push tokens, the conversation,
+//! seq, sender, unread badge and a preview), off the send path: the committer hands over
+//! what it committed and never waits; a bounded queue, a bounded number of POSTs in flight,
+//! retries after 1 s, 2 s and 4 s, then the notice is given up and counted.
+
+mod webhook;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{Notify, Semaphore, mpsc};
+
+use crate::clock::now_ms;
+use crate::config::PushConfig;
+use crate::messaging::{Committed, Delivery, Offline};
+use crate::plugins::PluginRegistry;
+use crate::store::Store;
+use crate::store::devices::PushTarget;
+use crate::telemetry::{self, PushOutcome};
+pub use webhook::Webhook;
+
+/// The kind whose payloads are never previewed.
+const ENCRYPTED: &str = "encrypted";
+
+/// After a failed POST, the waits before the next attempts; then the notice is given up.
+const RETRIES: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+
+/// Users whose notices are prepared at once.
+const ROUND: usize = 500;
+
+/// Batches of committed messages waiting for the bridge's task (which never waits on the
+/// webhook, so this is only the time it takes to sort them).
+const INBOX: usize = 256;
+
+/// What the committer calls: hands a batch's messages to the bridge's task, or counts
+/// their notices dropped when it is behind.
+pub struct Bridge {
+    inbox: mpsc::Sender<Vec<Committed>>,
+}
+
+impl Bridge {
+    /// The bridge of `cfg`, running; `None` when no webhook is set.
+    pub fn start(
+        cfg: &PushConfig,
+        store: &Store,
+        registry: &Arc<PluginRegistry>,
+        delivery: Arc<dyn Delivery>,
+    ) -> Option<Arc<dyn Offline>> {
+        let (url, secret) = (cfg.webhook_url.as_ref()?, cfg.webhook_secret.as_ref()?);
+        let webhook = match Webhook::new(url, secret, Duration::from_secs(cfg.timeout_secs)) {
+            Ok(w) => Arc::new(w),
+            Err(e) => {
+                tracing::error!("offline push is off: {e}");
+                return None;
+            }
+        };
+        let (tx, rx) = mpsc::channel(INBOX);
+        let worker = Worker {
+            store: store.clone(),
+            registry: registry.clone(),
+            delivery,
+            webhook,
+            coalesce: Duration::from_millis(cfg.coalesce_ms),
+            queue: cfg.queue,
+            in_flight: Arc::new(Semaphore::new(cfg.concurrency)),
+            freed: Arc::new(Notify::new()),
+            pending: HashMap::new(),
+        };
+        tokio::spawn(worker.run(rx));
+        Some(Arc::new(Bridge { inbox: tx }))
+    }
+}
+
+impl Offline for Bridge {
+    fn committed(&self, messages: Vec<Committed>) {
+        if let Err(mpsc::error::TrySendError::Full(lost)) = self.inbox.try_send(messages) {
+            let users: usize = lost.iter().map(|c| c.members.len().saturating_sub(1)).sum();
+            telemetry::push(PushOutcome::Dropped, users as u64);
+        }
+    }
+}
+
+/// One user's notice while it waits: the newest message of its burst.
+struct Pending {
+    since: Instant,
+    latest: Committed,
+    messages: u32,
+}
+
+struct Worker {
+    store: Store,
+    registry: Arc<PluginRegistry>,
+    delivery: Arc<dyn Delivery>,
+    webhook: Arc<Webhook>,
+    coalesce: Duration,
+    queue: usize,
+    in_flight: Arc<Semaphore>,
+    /// Told when a POST (with its retries) is over.
+    freed: Arc<Notify>,
+    pending: HashMap<String, Pending>,
+}
+
+/// A device a notice goes to.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NoticeDevice<'a> {
+    device_id: &'a str,
+    provider: &'a str,
+    token: &'a str,
+}
+
+/// The body of a notice (docs/operations.md, Offline push).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Notice<'a> {
+    notice_id: &'a str,
+    user_id: &'a str,
+    devices: Vec<NoticeDevice<'a>>,
+    conversation_id: i64,
+    conversation_type: u8,
+    seq: i64,
+    sender_id: &'a str,
+    content_type: u32,
+    /// Messages of the burst this notice stands for.
+    messages: u32,
+    /// The user's unread count over all conversations.
+    badge: i64,
+    /// A line of the newest message; `null` for an encrypted one.
+    preview: Option<String>,
+    server_time: i64,
+}
+
+impl Worker {
+    /// Sorts what the committers hand over into the notices waiting, and sends those whose
+    /// burst is over while a POST is free. It never waits for the webhook: while every POST
+    /// is busy, notices wait (at most `queue` users) and the rest are dropped.
+    async fn run(mut self, mut inbox: mpsc::Receiver<Vec<Committed>>) {
+        loop {
+            let due = self.pending.values().map(|p| p.since + self.coalesce).min();
+            let free = self.in_flight.available_permits() > 0;
+            tokio::select! {
+                batch = inbox.recv() => match batch {
+                    Some(batch) => self.take(batch),
+                    None => return,
+                },
+                () = sleep_until(due), if free => self.dispatch().await,
+                () = self.freed.notified(), if !free => {}
+            }
+        }
+    }
+
+    /// Adds a batch's messages to the notices waiting, one per recipient but the sender.
+    fn take(&mut self, batch: Vec<Committed>) {
+        let mut dropped = 0;
+        for c in batch {
+            for user in c.members.iter().filter(|u| **u != c.message.sender_id) {
+                let full = self.pending.len() >= self.queue;
+                match self.pending.get_mut(user) {
+                    Some(p) => {
+                        p.latest = c.clone();
+                        p.messages += 1;
+                    }
+                    None if full => dropped += 1,
+                    None => {
+                        self.pending.insert(
+                            user.clone(),
+                            Pending {
+                                since: Instant::now(),
+                                latest: c.clone(),
+                                messages: 1,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        if dropped > 0 {
+            telemetry::push(PushOutcome::Dropped, dropped);
+        }
+    }
+
+    /// Sends the notices whose burst is over (a round of them at a time).
+    async fn dispatch(&mut self) {
+        let now = Instant::now();
+        let room = self.in_flight.available_permits().min(ROUND);
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.since + self.coalesce <= now)
+            .map(|(u, _)| u.clone())
+            .take(room)
+            .collect();
+        let notices: Vec<(String, Pending)> = due
+            .into_iter()
+            .filter_map(|u| self.pending.remove(&u).map(|p| (u, p)))
+            .collect();
+        if let Err(e) = self.prepare_and_send(notices).await {
+            tracing::warn!("offline notices not sent: {e}");
+        }
+    }
+
+    async fn prepare_and_send(&self, notices: Vec<(String, Pending)>) -> Result<(), String> {
+        if notices.is_empty() {
+            return Ok(());
+        }
+        // Offline anywhere: a user the cluster cannot tell about is taken as offline (a
+        // notice too many rather than one missing).
+        let users: Vec<String> = notices.iter().map(|(u, _)| u.clone()).collect();
+        let online = self.delivery.presence(&users).await;
+        let offline: Vec<(String, Pending)> = notices
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !online.as_ref().is_some_and(|o| o[*i]))
+            .map(|(_, n)| n)
+            .collect();
+        if offline.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<&str> = offline.iter().map(|(u, _)| u.as_str()).collect();
+        let targets = self
+            .store
+            .push_targets(&refs)
+            .await
+            .map_err(|e| e.to_string())?;
+        let pairs: Vec<(&str, i64)> = offline
+            .iter()
+            .filter(|(u, _)| targets.contains_key(u))
+            .map(|(u, p)| (u.as_str(), p.latest.message.conversation_id))
+            .collect();
+        let muted = self
+            .store
+            .push_muted(&pairs)
+            .await
+            .map_err(|e| e.to_string())?;
+        for (user, p) in offline {
+            let Some(devices) = targets.get(&user) else {
+                continue;
+            };
+            let m = &p.latest.message;
+            if muted.contains(&(user.clone(), m.conversation_id)) {
+                continue;
+            }
+            let badge = self
+                .store
+                .unread_total(&user)
+                .await
+                .map_err(|e| e.to_string())?;
+            let encrypted = self
+                .registry
+                .get(m.content_type)
+                .is_some_and(|k| k.manifest.name == ENCRYPTED);
+            let preview = (!encrypted).then(|| self.registry.preview(m.content_type, &m.payload));
+            let notice_id = format!("{}-{}-{}", m.conversation_id, m.seq, user);
+            let body = serde_json::to_vec(&Notice {
+                notice_id: &notice_id,
+                user_id: &user,
+                devices: devices_of(devices),
+                conversation_id: m.conversation_id,
+                conversation_type: m.conversation_type,
+                seq: m.seq,
+                sender_id: &m.sender_id,
+                content_type: m.content_type,
+                messages: p.messages,
+                badge,
+                preview,
+                server_time: m.server_time,
+            })
+            .map_err(|e| e.to_string())?;
+            // At most `concurrency` POSTs (with their retries) at once; a round takes no
+            // more users than there are free.
+            let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+                telemetry::push(PushOutcome::Dropped, 1);
+                continue;
+            };
+            let (webhook, freed) = (self.webhook.clone(), self.freed.clone());
+            tokio::spawn(async move {
+                let outcome = deliver(&webhook, &body, &notice_id).await;
+                telemetry::push(outcome, 1);
+                drop(permit);
+                freed.notify_one();
+            });
+        }
+        Ok(())
+    }
+}
+
+fn devices_of(targets: &[PushTarget]) -> Vec<NoticeDevice<'_>> {
+    targets
+        .iter()
+        .map(|t| NoticeDevice {
+            device_id: &t.device_id,
+            provider: &t.provider,
+            token: &t.token,
+        })
+        .collect()
+}
+
+/// POSTs a notice, retrying after 1 s, 2 s and 4 s.
+async fn deliver(webhook: &Webhook, body: &[u8], notice_id: &str) -> PushOutcome {
+    let mut waits = RETRIES.iter();
+    loop {
+        match webhook.post(body, notice_id, now_ms()).await {
+            Ok(()) => return PushOutcome::Sent,
+            Err(e) => match waits.next() {
+                Some(wait) => {
+                    telemetry::push(PushOutcome::Retried, 1);
+                    tracing::debug!(notice = notice_id, "webhook: {e}; again in {wait:?}");
+                    tokio::time::sleep(*wait).await;
+                }
+                None => {
+                    tracing::warn!(notice = notice_id, "webhook: {e}; notice given up");
+                    return PushOutcome::Failed;
+                }
+            },
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

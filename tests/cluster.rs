@@ -14,6 +14,7 @@ use common::cluster::{
 };
 use common::groups::{create, id_of, say};
 use common::server::{Backend, Db, Server, User, Ws, call, ok, peer, send_ok, text};
+use common::webhook::{Mode, Receiver};
 use serde_json::{Value, json};
 
 /// The next `notify` of a text, skipping everything else.
@@ -594,4 +595,103 @@ async fn redis_pub_sub_as_the_bus_carries_pushes_kicks_and_closes() {
     send_ok(&mut a, text("2", "r-2", peer("bob"), "to the new one")).await;
     text_arrives(&mut b2, "to the new one").await;
     assert_eq!(health(&n[1]).await["status"], "ok");
+}
+
+/// Devices, delivery receipts and offline notices across nodes: a device is listed online
+/// from any node, removed through one node while connected to another (closed there with
+/// 4009, refused everywhere after), a `delivered` frame reaches the sender on another node,
+/// and a notice goes to a user only while no node holds a device of theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_receipts_and_offline_notices_across_nodes() {
+    let Some(svc) = services("cluster_devices") else {
+        return;
+    };
+    let mut hook = Receiver::start(Mode::Ok).await;
+    let db = Db::new(&svc.postgres, "cluster-devices").await;
+    let w = Wiring::nats(&svc, "devices");
+    // One POST at a time: notices leave in the order their bursts ended.
+    let push = format!(
+        "[push]\nwebhook_url = \"http://{}/hook\"\nwebhook_secret = \"{}\"\n\
+         coalesce_ms = 200\nconcurrency = 1\n",
+        hook.addr,
+        "s".repeat(40)
+    );
+    let n: Vec<Server> = (1..=2).map(|i| node(&db, &w, i, &push)).collect();
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let carol = n[1].user("carol").await;
+    for (u, device) in [(&bob, "tablet"), (&carol, "phone")] {
+        ok(
+            &n[1],
+            u,
+            "POST",
+            "/v1/devices",
+            Some(json!({ "deviceId": device })),
+        )
+        .await;
+        ok(
+            &n[1],
+            u,
+            "PUT",
+            &format!("/v1/devices/{device}/push"),
+            Some(json!({"provider": "fcm", "token": format!("t-{}", u.id)})),
+        )
+        .await;
+    }
+    // alice: a phone on node 2, a laptop on node 1; node 1 lists both online.
+    let mut phone = n[1].connect(&alice, "phone").await;
+    let mut laptop = n[0].connect(&alice, "laptop").await;
+    let listed = n[0].get(&alice, "/v1/devices").await;
+    let online: Vec<(&str, bool)> = listed["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["deviceId"].as_str().unwrap(), d["online"] == true))
+        .collect();
+    assert_eq!(online, [("laptop", true), ("phone", true)], "{listed}");
+
+    // bob is offline everywhere: alice's message, committed on node 1, is a notice.
+    let ack = send_ok(&mut laptop, text("m1", "m1", peer("bob"), "hello bob")).await;
+    let cid = ack["conversationId"].as_i64().unwrap();
+    let got = hook.next().await;
+    assert_eq!(
+        (
+            &got.body["userId"],
+            &got.body["seq"],
+            &got.body["devices"][0]["token"]
+        ),
+        (&json!("bob"), &json!(1), &json!("t-bob")),
+        "{:?}",
+        got.body
+    );
+    // bob online on node 2: the next message is pushed there and is no notice (the next
+    // notice is carol's, whose burst ended after it).
+    let mut b = n[1].connect(&bob, "tablet").await;
+    send_ok(&mut laptop, text("m2", "m2", peer("bob"), "you there?")).await;
+    assert_eq!(next_text(&mut b).await["seq"], 2);
+    send_ok(&mut laptop, text("m3", "m3", peer("carol"), "hello carol")).await;
+    let got = hook.next().await;
+    assert_eq!(got.body["userId"], "carol", "{:?}", got.body);
+
+    // bob's tablet (node 2) received it: alice's devices on both nodes are told.
+    b.send(json!({"type": "received", "id": "r", "conversationId": cid, "seq": 2}))
+        .await;
+    for ws in [&mut laptop, &mut phone] {
+        let (d, _) = ws.until(|f| f["type"] == "delivered").await;
+        assert_eq!(
+            d,
+            json!({"type": "delivered", "conversationId": cid, "userId": "bob", "seq": 2})
+        );
+    }
+
+    // alice removes her phone through node 1; node 2 closes it, and no node takes it back.
+    ok(&n[0], &alice, "DELETE", "/v1/devices/phone", None).await;
+    let (code, frames) = phone.closed().await;
+    assert_eq!(code, Some(4009), "{frames:?}");
+    for node in &n {
+        assert_eq!(
+            Ws::connect(&node.addr, &alice.token, "phone").await.err(),
+            Some(403)
+        );
+    }
 }

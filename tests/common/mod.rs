@@ -159,3 +159,4 @@ pub mod cluster;
 pub mod groups;
 pub mod kinds;
 pub mod server;
+pub mod webhook;

@@ -191,13 +191,15 @@ impl Worker {
     async fn dispatch(&mut self) {
         let now = Instant::now();
         let room = self.in_flight.available_permits().min(ROUND);
-        let due: Vec<String> = self
+        // The longest waiting first.
+        let mut due: Vec<(Instant, &String)> = self
             .pending
             .iter()
             .filter(|(_, p)| p.since + self.coalesce <= now)
-            .map(|(u, _)| u.clone())
-            .take(room)
+            .map(|(u, p)| (p.since, u))
             .collect();
+        due.sort_unstable();
+        let due: Vec<String> = due.into_iter().take(room).map(|(_, u)| u.clone()).collect();
         let notices: Vec<(String, Pending)> = due
             .into_iter()
             .filter_map(|u| self.pending.remove(&u).map(|p| (u, p)))

@@ -157,6 +157,14 @@ async fn devices_register_list_and_go(b: Backend) {
             "bad_request",
         ),
         (a, "POST", "/v1/devices", long_name, 400, "bad_request"),
+        (
+            a,
+            "POST",
+            "/v1/devices",
+            Some(json!({"deviceId": ".."})),
+            400,
+            "bad_request",
+        ),
         (None, "GET", "/v1/devices", None, 401, "unauthorized"),
     ])
     .await;
@@ -206,6 +214,24 @@ async fn devices_register_list_and_go(b: Backend) {
     );
     let _phone = s.connect(&alice, "phone").await;
     until_online(&s, &alice, "phone", true).await;
+    // Registering a known device again changes what it gives and keeps the rest.
+    let got = ok(
+        &s,
+        &alice,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "phone", "name": "renamed"})),
+    )
+    .await;
+    assert_eq!(
+        (&got["name"], &got["platform"], &got["online"]),
+        (&json!("renamed"), &json!("android"), &json!(true)),
+        "{got}"
+    );
+    assert!(
+        got["firstSeen"].as_i64() <= got["lastSeen"].as_i64(),
+        "{got}"
+    );
 }
 
 /// The next frame of `kind` (other frames skipped).
@@ -323,6 +349,19 @@ async fn group_receipts_count_deliveries(b: Backend) {
             json!({"name": "Receipts", "members": ["bob", "carol", "dave"]}),
         )
         .await,
+    );
+    // Joining puts the delivered position where the read one is: nothing to move there.
+    let got = ok(
+        &s,
+        &bob,
+        "POST",
+        &format!("/v1/conversations/{cid}/received"),
+        Some(json!({"seq": 1})),
+    )
+    .await;
+    assert_eq!(
+        got,
+        json!({"conversationId": cid, "deliveredSeq": 1, "moved": false})
     );
     let first = say(&s, &alice, cid, 2, "one").await;
     let second = say(&s, &alice, cid, 2, "two").await;

@@ -98,6 +98,25 @@ async fn channels_broadcast_to_subscribers(b: Backend) {
         "permission_denied",
     )
     .await;
+    // Nor its size through receipts (their owner's and admins').
+    s.expect_error(
+        "POST",
+        &g("/receipts"),
+        Some(&bob.token),
+        Some(json!({"seqs": [2]})),
+        403,
+        "permission_denied",
+    )
+    .await;
+    let r = ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/receipts"),
+        Some(json!({"seqs": [2]})),
+    )
+    .await;
+    assert_eq!(r["receipts"][0]["of"], 2, "{r}");
     assert_eq!(
         members(&s, &alice, cid).await,
         vec![

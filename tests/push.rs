@@ -101,7 +101,7 @@ async fn offline_users_get_one_signed_notice_per_burst(b: Backend) {
     let (_db, s) = server(&b, "push-notices", &r, "").await;
     let alice = s.user("alice").await;
     let bob = s.user("bob").await;
-    s.user("carol").await;
+    let carol = s.user("carol").await;
     let dave = s.user("dave").await;
     let erin = s.user("erin").await;
     let frank = s.user("frank").await;
@@ -124,6 +124,10 @@ async fn offline_users_get_one_signed_notice_per_burst(b: Backend) {
         Some(json!({"muted": true})),
     )
     .await;
+    let entry = s
+        .get(&frank, &format!("/v1/conversations/{frank_cid}"))
+        .await;
+    assert_eq!(entry["muted"], true, "{entry}");
 
     // A burst of three to bob, one each to carol, dave and frank.
     let mut cid = 0;
@@ -180,6 +184,51 @@ async fn offline_users_get_one_signed_notice_per_burst(b: Backend) {
     );
     until_pushed(&s, "sent", 3.0).await;
     assert_eq!(pushed(&s, "failed").await, 0.0);
+
+    // A burst to frank from his muted conversation and from carol's: the notice is of
+    // carol's message only, counted alone.
+    let mut c = s.connect(&carol, "laptop").await;
+    send_ok(&mut c, text("k1", "k1", peer("frank"), "from carol")).await;
+    send_ok(&mut a, text("f2", "f2", conv(frank_cid), "muted again")).await;
+    let got = r.next().await;
+    assert_eq!(
+        (
+            &got.body["userId"],
+            &got.body["senderId"],
+            &got.body["messages"],
+            &got.body["preview"]
+        ),
+        (
+            &json!("frank"),
+            &json!("carol"),
+            &json!(1),
+            &json!("from carol")
+        ),
+        "{:?}",
+        got.body
+    );
+    // A message recalled before its notice leaves is not told: erin's notice of the burst
+    // is of carol's message, the one before it.
+    send_ok(&mut c, text("k2", "k2", peer("erin"), "from carol to erin")).await;
+    let secret = send_ok(&mut a, text("e2", "e2", peer("erin"), "secret oops")).await;
+    let recall = json!({"type": "send", "id": "e3", "clientMsgId": "e3", "conversationType": 1,
+        "peerId": "erin", "contentType": 4, "payload": {"seq": secret["seq"]}});
+    send_ok(&mut a, recall).await;
+    let got = r.next().await;
+    assert_eq!(
+        (
+            &got.body["userId"],
+            &got.body["senderId"],
+            &got.body["preview"]
+        ),
+        (
+            &json!("erin"),
+            &json!("carol"),
+            &json!("from carol to erin")
+        ),
+        "{:?}",
+        got.body
+    );
 }
 
 async fn a_failing_webhook_is_retried_then_given_up(b: Backend) {

@@ -176,6 +176,7 @@ fn overview_view(s: &AppState, r: OverviewRow) -> Value {
         "unread": r.unread,
         "lastTime": r.last_time,
         "member": r.member,
+        "muted": r.muted,
         "lastMessage": last,
     })
 }

@@ -33,12 +33,10 @@ pub async fn list(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterBody {
     device_id: String,
-    /// At most 64 characters.
-    #[serde(default)]
-    name: String,
-    /// ios, android, web, … at most 64 characters.
-    #[serde(default)]
-    platform: String,
+    /// At most 64 characters; a known device keeps its name when left out.
+    name: Option<String>,
+    /// ios, android, web, … at most 64 characters; kept when left out.
+    platform: Option<String>,
 }
 
 #[utoipa::path(post, path = "/v1/devices", tag = "devices", security(("userToken" = [])),
@@ -54,14 +52,23 @@ pub async fn register(
             "deviceId is 1 to 64 of A-Z a-z 0-9 _ . - :",
         ));
     }
-    if !valid_label(&b.name) || !valid_label(&b.platform) {
+    if [&b.name, &b.platform]
+        .into_iter()
+        .flatten()
+        .any(|l| !valid_label(l))
+    {
         return Err(Error::bad_request(
             "name and platform are at most 64 characters without control characters",
         ));
     }
     let device = s
         .core
-        .register_device(&user, &b.device_id, &b.name, &b.platform)
+        .register_device(
+            &user,
+            &b.device_id,
+            b.name.as_deref(),
+            b.platform.as_deref(),
+        )
         .await?;
     Ok(Json(device))
 }

@@ -401,7 +401,14 @@ pub async fn receipts(
     if b.seqs.is_empty() || b.seqs.len() > 100 {
         return Err(Error::bad_request("seqs lists 1 to 100 seqs"));
     }
-    current_role(&s, id, &user).await?;
+    let (g, role) = current_role(&s, id, &user).await?;
+    // A channel's subscribers see no member list, nor its size.
+    if g.conversation_type == 3 && role < Role::Admin {
+        return Err(Error::new(
+            Code::PermissionDenied,
+            "a channel's receipts are its owner's and admins'",
+        ));
+    }
     // Only what the caller could see: a seq from before they joined is not theirs to ask.
     let m = s
         .core

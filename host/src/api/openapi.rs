@@ -332,7 +332,9 @@ fn own_errors(key: &str) -> &'static [Code] {
         "POST /v1/groups" => &CREATE,
         "GET /v1/groups/{id}" => GROUP,
         "GET /v1/groups/{id}/members" | "GET /v1/groups/{id}/join-requests" => &GROUP_READ,
-        "POST /v1/groups/{id}/receipts" => &[GroupNotFound, NotAMember, MessageNotFound],
+        "POST /v1/groups/{id}/receipts" => {
+            &[GroupNotFound, NotAMember, MessageNotFound, PermissionDenied]
+        }
         "POST /v1/groups/{id}/members" => &ADD,
         "POST /v1/groups/{id}/join"
         | "POST /v1/groups/{id}/join-requests/{userId}/approve"

@@ -81,6 +81,8 @@ pub struct ConversationEntry {
     pub unread: i64,
     pub last_time: i64,
     pub member: bool,
+    /// You muted this conversation's offline notices (`PUT …/notifications`).
+    pub muted: bool,
     #[schema(required = true)]
     pub last_message: Option<LastMessage>,
 }

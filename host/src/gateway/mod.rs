@@ -59,9 +59,12 @@ pub struct Connect {
     platform: Option<String>,
 }
 
-/// A device id: 1 to 64 of A-Z a-z 0-9 _ . - :.
+/// A device id: 1 to 64 of A-Z a-z 0-9 _ . - :, not `.` or `..` (a path segment clients
+/// rewrite).
 pub fn valid_device_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
+    s != "."
+        && s != ".."
+        && (1..=64).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
 }

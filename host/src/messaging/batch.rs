@@ -115,7 +115,9 @@ pub enum Outcome {
         user_id: String,
         /// The position asked for, up to the conversation's end.
         seq: i64,
-        /// It moved the user's delivered position (known once written).
+        /// The user's delivered position after the batch (known once written).
+        position: i64,
+        /// This op moved it there (of several in one batch, the one that did).
         moved: bool,
         members: Arc<[String]>,
     },
@@ -630,7 +632,7 @@ async fn run(
     }
     stored_before.clear();
     // 3. The rest of the writes, in one statement.
-    let written = write(
+    let mut written = write(
         d,
         conn,
         Writes {
@@ -644,18 +646,22 @@ async fn run(
         closing,
     )
     .await?;
-    // Which `received` moved a position, now that the write said.
+    // Where each `received` left the position and whether it moved it, now that the
+    // write said: of several for one conversation, the one whose seq it moved to.
     for outcome in &mut outcomes {
         if let Outcome::Received {
             conversation_id,
             user_id,
             seq,
+            position,
             moved,
             ..
         } = outcome
         {
             let key = (std::mem::take(user_id), *conversation_id);
-            *moved = written.delivered.get(&key) == Some(seq);
+            *position = written.positions.get(&key).copied().unwrap_or(*seq);
+            *moved = written.delivered.get(&key) == Some(seq)
+                && written.delivered.remove(&key).is_some();
             *user_id = key.0;
         }
     }
@@ -861,6 +867,7 @@ fn received(
         conversation_type: head.conversation_type,
         user_id: user_id.to_string(),
         seq,
+        position: seq,
         moved: false,
         members: mem.recipients(),
     }

@@ -311,20 +311,21 @@ fn deliver(reply: Reply, outcome: Outcome, pushes: &mut Vec<Push>) {
             conversation_id,
             conversation_type,
             user_id,
-            seq,
+            position,
             moved,
             members,
+            ..
         } => {
             reply.answer(Answer::Received(ReceivedAck {
                 conversation_id,
-                delivered_seq: seq,
+                delivered_seq: position,
                 moved,
             }));
             // The delivery notice: in a private conversation, to the other member.
             if moved && conversation_type == 1 {
                 let peers: Arc<[String]> =
                     members.iter().filter(|m| **m != user_id).cloned().collect();
-                let notice = frames::delivered(conversation_id, &user_id, seq);
+                let notice = frames::delivered(conversation_id, &user_id, position);
                 pushes.push(Push::persistent(peers, notice, 0));
             }
         }

@@ -22,7 +22,7 @@ pub struct DeviceInfo {
     pub platform: String,
     /// When it was registered, ms since the epoch.
     pub first_seen: i64,
-    /// When it last connected or went away (within `LAST_SEEN_EVERY`).
+    /// When it last connected or went away (to within 30 s).
     pub last_seen: i64,
     /// Connected now, to any node.
     pub online: bool,
@@ -177,13 +177,14 @@ impl Core {
             .collect())
     }
 
-    /// Registers a device (again, if it was removed).
+    /// Registers a device (again, if it was removed); a known one keeps the name and
+    /// platform not given.
     pub async fn register_device(
         &self,
         user_id: &str,
         device_id: &str,
-        name: &str,
-        platform: &str,
+        name: Option<&str>,
+        platform: Option<&str>,
     ) -> Result<DeviceInfo, Error> {
         self.store
             .register_device(user_id, device_id, name, platform, now_ms())

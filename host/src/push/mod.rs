@@ -88,11 +88,36 @@ impl Offline for Bridge {
     }
 }
 
-/// One user's notice while it waits: the newest message of its burst.
+/// One user's notice while it waits: the newest message of each conversation of its burst
+/// and how many came there (at most `CONVERSATIONS` conversations, the oldest forgotten).
 struct Pending {
     since: Instant,
-    latest: Committed,
-    messages: u32,
+    by_conversation: HashMap<i64, (Committed, u32)>,
+}
+
+/// Conversations one pending notice remembers.
+const CONVERSATIONS: usize = 16;
+
+impl Pending {
+    fn add(&mut self, c: &Committed) {
+        let id = c.message.conversation_id;
+        if !self.by_conversation.contains_key(&id) && self.by_conversation.len() >= CONVERSATIONS {
+            let oldest = self
+                .by_conversation
+                .iter()
+                .min_by_key(|(_, (m, _))| m.message.server_time)
+                .map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                self.by_conversation.remove(&oldest);
+            }
+        }
+        let entry = self
+            .by_conversation
+            .entry(id)
+            .or_insert_with(|| (c.clone(), 0));
+        entry.0 = c.clone();
+        entry.1 += 1;
+    }
 }
 
 struct Worker {
@@ -164,20 +189,15 @@ impl Worker {
             for user in c.members.iter().filter(|u| **u != c.message.sender_id) {
                 let full = self.pending.len() >= self.queue;
                 match self.pending.get_mut(user) {
-                    Some(p) => {
-                        p.latest = c.clone();
-                        p.messages += 1;
-                    }
+                    Some(p) => p.add(&c),
                     None if full => dropped += 1,
                     None => {
-                        self.pending.insert(
-                            user.clone(),
-                            Pending {
-                                since: Instant::now(),
-                                latest: c.clone(),
-                                messages: 1,
-                            },
-                        );
+                        let mut p = Pending {
+                            since: Instant::now(),
+                            by_conversation: HashMap::new(),
+                        };
+                        p.add(&c);
+                        self.pending.insert(user.clone(), p);
                     }
                 }
             }
@@ -232,24 +252,50 @@ impl Worker {
             .push_targets(&refs)
             .await
             .map_err(|e| e.to_string())?;
+        let offline: Vec<(String, Pending)> = offline
+            .into_iter()
+            .filter(|(u, _)| targets.contains_key(u))
+            .collect();
+        // What a notice may not tell: a conversation its user muted, a message recalled
+        // since (its payload is hidden now).
         let pairs: Vec<(&str, i64)> = offline
             .iter()
-            .filter(|(u, _)| targets.contains_key(u))
-            .map(|(u, p)| (u.as_str(), p.latest.message.conversation_id))
+            .flat_map(|(u, p)| p.by_conversation.keys().map(move |c| (u.as_str(), *c)))
             .collect();
         let muted = self
             .store
             .push_muted(&pairs)
             .await
             .map_err(|e| e.to_string())?;
+        let seqs: Vec<(i64, i64)> = offline
+            .iter()
+            .flat_map(|(_, p)| p.by_conversation.values())
+            .map(|(c, _)| (c.message.conversation_id, c.message.seq))
+            .collect();
+        let recalled = self
+            .store
+            .recalled(&seqs)
+            .await
+            .map_err(|e| e.to_string())?;
         for (user, p) in offline {
             let Some(devices) = targets.get(&user) else {
                 continue;
             };
-            let m = &p.latest.message;
-            if muted.contains(&(user.clone(), m.conversation_id)) {
+            let told: Vec<&(Committed, u32)> = p
+                .by_conversation
+                .iter()
+                .filter(|(id, _)| !muted.contains(&(user.clone(), **id)))
+                .map(|(_, c)| c)
+                .collect();
+            let messages: u32 = told.iter().map(|(_, n)| n).sum();
+            let Some(m) = told
+                .iter()
+                .map(|(c, _)| &c.message)
+                .filter(|m| !recalled.contains(&(m.conversation_id, m.seq)))
+                .max_by_key(|m| (m.server_time, m.seq))
+            else {
                 continue;
-            }
+            };
             let badge = self
                 .store
                 .unread_total(&user)
@@ -270,7 +316,7 @@ impl Worker {
                 seq: m.seq,
                 sender_id: &m.sender_id,
                 content_type: m.content_type,
-                messages: p.messages,
+                messages,
                 badge,
                 preview,
                 server_time: m.server_time,

@@ -110,22 +110,29 @@ impl Store {
         Ok(matches!(removed, Some(Some(_))))
     }
 
-    /// Registers a device explicitly (or again, after its removal), with its name and
-    /// platform.
+    /// Registers a device explicitly (or again, after its removal: then as new), with its
+    /// name and platform; a known device keeps those not given.
     pub async fn register_device(
         &self,
         user_id: &str,
         device_id: &str,
-        name: &str,
-        platform: &str,
+        name: Option<&str>,
+        platform: Option<&str>,
         now: i64,
     ) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO devices (user_id, device_id, name, platform, first_seen, last_seen) \
-             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (user_id, device_id) DO UPDATE SET \
-             name = excluded.name, platform = excluded.platform, removed_at = NULL, \
+             VALUES ($1, $2, COALESCE($3, ''), COALESCE($4, ''), $5, $5) \
+             ON CONFLICT (user_id, device_id) DO UPDATE SET \
+             name = CASE WHEN devices.removed_at IS NULL THEN COALESCE($3, devices.name) \
+             ELSE excluded.name END, \
+             platform = CASE WHEN devices.removed_at IS NULL \
+             THEN COALESCE($4, devices.platform) ELSE excluded.platform END, \
              first_seen = CASE WHEN devices.removed_at IS NULL THEN devices.first_seen \
-             ELSE excluded.first_seen END",
+             ELSE excluded.first_seen END, \
+             last_seen = CASE WHEN devices.removed_at IS NULL THEN devices.last_seen \
+             ELSE excluded.last_seen END, \
+             removed_at = NULL",
         )
         .bind(user_id)
         .bind(device_id)
@@ -264,6 +271,30 @@ impl Store {
         );
         sqlx::query(&sql)
             .bind(json(&keys))
+            .fetch_all(self.read())
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
+    }
+
+    /// Which of `(conversation, seq)` were recalled.
+    pub async fn recalled(
+        &self,
+        seqs: &[(i64, i64)],
+    ) -> sqlx::Result<std::collections::HashSet<(i64, i64)>> {
+        if seqs.is_empty() {
+            return Ok(Default::default());
+        }
+        let sql = lookup(
+            self.dialect(),
+            "conversation_id, seq",
+            "messages",
+            &[("conversation_id", true), ("seq", true)],
+            "AND recalled_by <> 0",
+        );
+        sqlx::query(&sql)
+            .bind(json(seqs))
             .fetch_all(self.read())
             .await?
             .iter()

@@ -401,6 +401,7 @@ pub async fn open_memberships(
          SELECT $1, {values}, $3, $4 FROM {from} WHERE true \
          ON CONFLICT (conversation_id, user_id) DO UPDATE SET \
          joined_after_seq = excluded.joined_after_seq, left_at_seq = NULL, role = excluded.role, \
+         push_muted = 0, \
          muted_until = 0, state = 0, joined_at = excluded.joined_at"
     ))
     .bind(head.conversation_id)

@@ -93,6 +93,8 @@ pub struct OverviewRow {
     pub last_time: i64,
     pub last_message: Option<MessageRow>,
     pub member: bool,
+    /// The user muted this conversation's offline notices.
+    pub muted: bool,
 }
 
 pub enum Direction {
@@ -321,8 +323,8 @@ impl Store {
             "SELECT c.conversation_id, c.conversation_type, c.last_seq, {LAST_TIME}, \
              COALESCE(rp.read_seq, 0), COALESCE(rp.read_acc, 0), pp.user_lo, pp.user_hi, \
              m.joined_after_seq, m.left_at_seq, lm.unread_acc, \
-             lm.seq, lm.msg_id, lm.sender_id, lm.content_type, lm.payload, lm.server_time, lm.recalled_by \
-             FROM members m \
+             lm.seq, lm.msg_id, lm.sender_id, lm.content_type, lm.payload, lm.server_time, lm.recalled_by, \
+             m.push_muted FROM members m \
              JOIN conversations c ON c.conversation_id = m.conversation_id \
              LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
              LEFT JOIN private_pairs pp ON pp.conversation_id = c.conversation_id \
@@ -382,6 +384,7 @@ impl Store {
                 last_time: row.try_get(3)?,
                 last_message,
                 member: left_at.is_none(),
+                muted: row.try_get::<i64, _>(18)? != 0,
             });
         }
         Ok(out)

@@ -38,6 +38,9 @@ pub struct Written {
     pub committed: bool,
     /// The delivered positions it moved: (user, conversation) → where to.
     pub delivered: HashMap<(String, i64), i64>,
+    /// Where the delivered positions it was asked to move are now, moved or not (a read
+    /// position counts as delivered).
+    pub positions: HashMap<(String, i64), i64>,
 }
 
 /// Writes what a batch decided so far in one statement (one round trip): the new messages,
@@ -121,15 +124,23 @@ pub async fn write(
             .fetch_all(&mut *conn)
             .await
             .map_err(classify)?;
-        // (before?, user, conversation, delivered): SQLite says where the positions were
-        // and where they are; PostgreSQL only those that moved.
-        let mut before: HashMap<(String, i64), i64> = HashMap::new();
+        // (0 before or 1 after, user, conversation, delivered): where the positions were
+        // (a read counting as delivered), and where those the upsert wrote are.
+        let mut after: Vec<((String, i64), i64)> = Vec::new();
         for row in rows {
             let key = (row.try_get::<String, _>(1)?, row.try_get::<i64, _>(2)?);
             let at: i64 = row.try_get(3)?;
-            if row.try_get::<i64, _>(0)? == 0 {
-                before.insert(key, at);
-            } else if at > before.get(&key).copied().unwrap_or(0) {
+            match row.try_get::<i64, _>(0)? {
+                0 => {
+                    written.positions.insert(key, at);
+                }
+                _ => after.push((key, at)),
+            }
+        }
+        for (key, at) in after {
+            let was = written.positions.get(&key).copied().unwrap_or(0);
+            if at > was {
+                written.positions.insert(key.clone(), at);
                 written.delivered.insert(key, at);
             }
         }
@@ -173,7 +184,9 @@ fn positions<'a>(
 /// and version as read, moved), `$3` positions (user, conversation, read seq, its count,
 /// delivered seq), `$4` now, `$5` the heads' ids (PostgreSQL). A head whose last seq or
 /// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
-/// statement (`BatchError::Stale`). It answers the delivered positions it moved.
+/// statement (`BatchError::Stale`). It answers where the delivered positions it was asked
+/// to move were (kind 0: the greater of delivered and read) and where those it wrote are
+/// (kind 1).
 fn write_sql(d: Dialect) -> &'static str {
     match d {
         // One statement: the inserts and the update run as data-modifying CTEs; the
@@ -193,10 +206,12 @@ fn write_sql(d: Dialect) -> &'static str {
              FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
              WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
              AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[]))), \
-             before AS (SELECT p.user_id, p.conversation_id, p.delivered_seq \
+             before AS (SELECT p.user_id, p.conversation_id, p.delivered \
              FROM jsonb_array_elements(CAST($3 AS jsonb)) e CROSS JOIN LATERAL \
-             (SELECT user_id, conversation_id, delivered_seq FROM read_positions \
-             WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) OFFSET 0) p), \
+             (SELECT user_id, conversation_id, GREATEST(delivered_seq, read_seq) AS delivered \
+             FROM read_positions \
+             WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) \
+             AND CAST(e->>4 AS BIGINT) > 0 OFFSET 0) p), \
              moved AS (INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
              delivered_seq, updated_at) \
              SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), CAST(e->>3 AS BIGINT), \
@@ -210,9 +225,9 @@ fn write_sql(d: Dialect) -> &'static str {
              WHERE excluded.read_seq > read_positions.read_seq \
              OR excluded.delivered_seq > read_positions.delivered_seq \
              RETURNING user_id, conversation_id, delivered_seq) \
-             SELECT CAST(1 AS BIGINT), m.user_id, m.conversation_id, m.delivered_seq FROM moved m \
-             LEFT JOIN before b ON b.user_id = m.user_id AND b.conversation_id = m.conversation_id \
-             WHERE m.delivered_seq > COALESCE(b.delivered_seq, 0)"
+             SELECT CAST(0 AS BIGINT), b.user_id, b.conversation_id, b.delivered FROM before b \
+             UNION ALL SELECT CAST(1 AS BIGINT), m.user_id, m.conversation_id, m.delivered_seq \
+             FROM moved m"
         }
         // Statements in one call: one hand-off to the database's thread. The heads first:
         // a head that moved fails the call before anything else is written. `OR FAIL`: a
@@ -228,7 +243,8 @@ fn write_sql(d: Dialect) -> &'static str {
              client_msg_id, content_type, payload, server_time, counts_unread, unread_acc) \
              SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
              value->>6, value->>7, value->>8, value->>9 FROM json_each($1); \
-             SELECT 0, p.user_id, p.conversation_id, p.delivered_seq FROM json_each($3) e \
+             SELECT 0, p.user_id, p.conversation_id, max(p.delivered_seq, p.read_seq) \
+             FROM json_each($3) e \
              JOIN read_positions p ON p.user_id = e.value->>0 \
              AND p.conversation_id = e.value->>1 WHERE e.value->>4 > 0; \
              INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \

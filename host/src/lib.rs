@@ -8,6 +8,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod devkit;
+pub mod e2e;
 pub mod gateway;
 pub mod limits;
 pub mod messaging;

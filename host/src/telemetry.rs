@@ -100,13 +100,13 @@ pub const SERIES: &[Series] = &[
         FRAMES_IN,
         Counter,
         &["type"],
-        "client frames read, by type (send, read, received, ping; unknown: a type the protocol does not have; invalid: not a frame; binary)",
+        "client frames read, by type (send, read, received, send_to_devices, mailbox_ack, ping; unknown: a type the protocol does not have; invalid: not a frame; binary)",
     ),
     series(
         FRAMES_OUT,
         Counter,
         &["type"],
-        "frames written to clients, by type (hello, ack, error, pong, notify, read, delivered, presence, kicked, …)",
+        "frames written to clients, by type (hello, ack, error, pong, notify, read, delivered, device_message, presence, kicked, …)",
     ),
     series(
         SENDS,
@@ -342,11 +342,19 @@ pub async fn upkeep() {
 // lookup by name and labels costs more than the count itself (host/benches/metrics.rs).
 
 /// The client frame types counted, and the handles of `FRAMES_IN` and `FRAMES_OUT`.
-const IN_TYPES: [&str; 7] = [
-    "send", "read", "received", "ping", "unknown", "invalid", "binary",
+const IN_TYPES: [&str; 9] = [
+    "send",
+    "read",
+    "received",
+    "send_to_devices",
+    "mailbox_ack",
+    "ping",
+    "unknown",
+    "invalid",
+    "binary",
 ];
 /// Where `unknown` is in `IN_TYPES`.
-const IN_UNKNOWN: usize = 4;
+const IN_UNKNOWN: usize = 6;
 
 struct Hot {
     frames_in: [metrics::Counter; IN_TYPES.len()],

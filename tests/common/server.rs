@@ -103,6 +103,47 @@ impl Db {
             }
         }
     }
+
+    /// Where `needle` is in the database: on SQLite the files themselves (the database,
+    /// its write-ahead log), byte for byte; on PostgreSQL every text column of every table,
+    /// as `table.column`.
+    pub async fn search(&self, needle: &str) -> Vec<String> {
+        let Some((_, name)) = &self.drop_pg else {
+            let mut found = Vec::new();
+            for file in ["courier.db", "courier.db-wal"] {
+                let bytes = std::fs::read(self.dir.join(file)).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(file.to_string());
+                }
+            }
+            return found;
+        };
+        use sqlx::{Connection as _, Row as _};
+        let _ = name;
+        let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+        let columns = sqlx::query(
+            "SELECT table_name, column_name FROM information_schema.columns \
+             WHERE table_schema = 'public' AND data_type IN ('text', 'character varying')",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let mut found = Vec::new();
+        for c in columns {
+            let (table, column): (String, String) = (c.get(0), c.get(1));
+            let n: i64 = sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM \"{table}\" WHERE strpos(\"{column}\", $1) > 0"
+            ))
+            .bind(needle)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            if n > 0 {
+                found.push(format!("{table}.{column}"));
+            }
+        }
+        found
+    }
 }
 
 impl Drop for Db {

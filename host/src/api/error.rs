@@ -13,7 +13,9 @@ use crate::protocol::{Code, Error};
 pub fn status(code: Code) -> StatusCode {
     use Code::*;
     match code {
-        BadRequest | BadFrame | UnknownFrameType | FrameTooLarge => StatusCode::BAD_REQUEST,
+        BadRequest | BadFrame | UnknownFrameType | FrameTooLarge | KeysInvalid => {
+            StatusCode::BAD_REQUEST
+        }
         MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         RequestTooLarge | PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         Unauthorized | AccountDeleted | InvalidCredentials => StatusCode::UNAUTHORIZED,
@@ -27,7 +29,8 @@ pub fn status(code: Code) -> StatusCode {
         | DeviceRemoved => StatusCode::FORBIDDEN,
         UserExists | RecallWindowExpired | AlreadyRecalled | MessageNotRecallable
         | ReloadRefused | AlreadyFriends | AlreadyMember | RequestNotPending | OwnerCannotQuit
-        | GroupDissolved | GroupFull | ResyncRequired => StatusCode::CONFLICT,
+        | GroupDissolved | GroupFull | ResyncRequired | IdentityKeyChanged | PrekeyIdTaken
+        | TooManyPrekeys | MailboxFull => StatusCode::CONFLICT,
         UserNotFound | ConversationNotFound | MessageNotFound | NotFound | PluginNotFound
         | GroupNotFound | TargetNotMember | RequestNotFound | NotFriends | DeviceNotFound => {
             StatusCode::NOT_FOUND

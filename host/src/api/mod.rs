@@ -5,6 +5,7 @@
 mod accounts;
 mod conversations;
 mod devices;
+mod e2e;
 pub mod error;
 mod groups;
 mod metrics;
@@ -160,6 +161,14 @@ pub fn app(state: AppState) -> Router {
             "/v1/devices/{deviceId}/push",
             put(devices::set_push).delete(devices::clear_push),
         )
+        .route(
+            "/v1/devices/{deviceId}/keys",
+            put(e2e::upload).get(e2e::status),
+        )
+        .route("/v1/devices/{deviceId}/mailbox", get(e2e::mailbox))
+        .route("/v1/devices/{deviceId}/mailbox/ack", post(e2e::ack))
+        .route("/v1/keys/{userId}", get(e2e::claim))
+        .route("/v1/device-messages", post(e2e::send))
         .route(
             "/v1/conversations/{id}/read-positions",
             get(conversations::read_positions),

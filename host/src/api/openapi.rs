@@ -89,6 +89,8 @@ impl Modify for Security {
         super::conversations::received, super::conversations::read_positions,
         super::devices::list, super::devices::register, super::devices::remove,
         super::devices::set_push, super::devices::clear_push, super::devices::notifications,
+        super::e2e::upload, super::e2e::status, super::e2e::claim, super::e2e::send,
+        super::e2e::mailbox, super::e2e::ack,
         super::social::user_stream, super::social::friends, super::social::remove_friend,
         super::social::requests, super::social::request_friend, super::social::accept,
         super::social::reject, super::social::cancel, super::social::presence,
@@ -317,7 +319,32 @@ fn own_errors(key: &str) -> &'static [Code] {
         "POST /v1/devices" => &[BadRequest],
         "DELETE /v1/devices/{deviceId}"
         | "PUT /v1/devices/{deviceId}/push"
-        | "DELETE /v1/devices/{deviceId}/push" => &[BadRequest, DeviceNotFound],
+        | "DELETE /v1/devices/{deviceId}/push"
+        | "GET /v1/devices/{deviceId}/keys"
+        | "GET /v1/devices/{deviceId}/mailbox"
+        | "POST /v1/devices/{deviceId}/mailbox/ack" => &[BadRequest, DeviceNotFound],
+        "PUT /v1/devices/{deviceId}/keys" => &[
+            BadRequest,
+            DeviceNotFound,
+            KeysInvalid,
+            IdentityKeyChanged,
+            PrekeyIdTaken,
+            TooManyPrekeys,
+        ],
+        "GET /v1/keys/{userId}" => &[BadRequest, UserNotFound, RateLimited],
+        "POST /v1/device-messages" => &[
+            BadRequest,
+            DeviceNotFound,
+            MailboxFull,
+            Blocked,
+            ContentTypeForbidden,
+            ContentTypeUnknown,
+            ContentTypeDisabled,
+            PayloadTooLarge,
+            PayloadInvalid,
+            PluginFailed,
+            PluginBusy,
+        ],
         "GET /v1/conversations/{id}/read-positions" => &[NotAMember, PermissionDenied],
         "GET /v1/user-stream" => &[BadRequest, ResyncRequired],
         "GET /v1/friends" | "GET /v1/blocks" | "GET /v1/groups" | "GET /v1/plugins" => &[],

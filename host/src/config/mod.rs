@@ -34,6 +34,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// `[push]`: offline notices to the deployer's webhook.
     pub push: PushConfig,
+    /// `[e2e]`: the key directory and the device mailboxes.
+    pub e2e: E2eConfig,
     pub log: LogConfig,
     /// `[plugins.<name>]`: per-plugin switches, paths and pins, keyed by manifest name.
     pub plugins: BTreeMap<String, PluginEntry>,
@@ -158,6 +160,64 @@ pub struct MessagingConfig {
     /// private conversation's other member gets a `delivered` frame, group receipts count
     /// deliveries. Off: `received` is answered and nothing is written.
     pub delivery_receipts: bool,
+}
+
+/// End-to-end encryption support: the key directory (X3DH) and the device mailboxes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct E2eConfig {
+    /// One-time prekeys a device may hold.
+    pub one_time_prekeys_max: u32,
+    /// Below this many one-time prekeys left, the device's user stream gets `keys.low`.
+    pub one_time_prekeys_low: u32,
+    /// Bundles one user may claim of another per minute (and as a burst), per node.
+    pub claims_per_minute: u32,
+    /// After a rotation, the previous signed prekey stays in the bundles this long.
+    pub signed_prekey_grace_secs: u64,
+    /// Entries a device's mailbox holds at most.
+    pub mailbox_max_entries: u32,
+    /// An entry expires this long after it was sent.
+    pub mailbox_ttl_secs: u64,
+    /// Devices one send may address.
+    pub mailbox_max_targets: u32,
+}
+
+impl Default for E2eConfig {
+    fn default() -> Self {
+        Self {
+            one_time_prekeys_max: 100,
+            one_time_prekeys_low: 10,
+            claims_per_minute: 30,
+            signed_prekey_grace_secs: 7 * 24 * 3600,
+            mailbox_max_entries: 1000,
+            mailbox_ttl_secs: 7 * 24 * 3600,
+            mailbox_max_targets: 100,
+        }
+    }
+}
+
+impl E2eConfig {
+    fn check(&self) -> Result<(), ConfigError> {
+        let positive = [
+            self.one_time_prekeys_max,
+            self.claims_per_minute,
+            self.mailbox_max_entries,
+            self.mailbox_max_targets,
+        ];
+        if positive.contains(&0) || self.mailbox_ttl_secs == 0 {
+            return Err(ConfigError::Check(
+                "e2e.one_time_prekeys_max, claims_per_minute, mailbox_max_entries, \
+                 mailbox_max_targets and mailbox_ttl_secs must be positive"
+                    .into(),
+            ));
+        }
+        if self.one_time_prekeys_low > self.one_time_prekeys_max {
+            return Err(ConfigError::Check(
+                "e2e.one_time_prekeys_low must not be above one_time_prekeys_max".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Offline push: a notice to the deployer's webhook (which forwards to APNs, FCM, …) when a
@@ -503,6 +563,7 @@ impl Config {
             c.check(self)?;
         }
         self.push.check()?;
+        self.e2e.check()?;
         if !(1..=64).contains(&self.storage.committers) {
             return Err(ConfigError::Check(
                 "storage.committers must be between 1 and 64".into(),

@@ -30,7 +30,7 @@ use crate::messaging::batch::Op;
 use crate::messaging::{Core, Session};
 use crate::protocol::{Code, Error, Peer, bearer, frames};
 use crate::telemetry;
-use frames::{Peek, ReadFrame, SendFrame};
+use frames::{DeviceSendFrame, MailboxAckFrame, Peek, ReadFrame, SendFrame};
 use hub::{Device, Hub};
 use tracing::Instrument as _;
 
@@ -495,6 +495,8 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Some("send") => "send",
         Some("read") => "read",
         Some("received") => "received",
+        Some("send_to_devices") => "send_to_devices",
+        Some("mailbox_ack") => "mailbox_ack",
         Some("ping") => "ping",
         Some(_) => "unknown",
         None => "invalid",
@@ -556,6 +558,47 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             Err(e) => reply_err(
                 id,
                 Error::new(Code::BadFrame, format!("bad received frame: {e}")),
+            ),
+        },
+        // A transaction of its own each: run beside the connection, which does not wait
+        // for it (its answer, like every other, comes through the outbox).
+        Some("send_to_devices") => match serde_json::from_str::<DeviceSendFrame>(text) {
+            Ok(req) => {
+                let (core, device) = (core.clone(), device.clone());
+                tokio::spawn(async move {
+                    let id = req.id.clone();
+                    let frame = match core
+                        .send_to_devices(&device.user_id, &device.device_id, req)
+                        .await
+                    {
+                        Ok(ack) => frames::ack(id.as_deref(), &ack),
+                        Err(e) => frames::error(id.as_deref(), &e),
+                    };
+                    device.answer(frame);
+                });
+            }
+            Err(e) => reply_err(
+                id,
+                Error::new(Code::BadFrame, format!("bad send_to_devices frame: {e}")),
+            ),
+        },
+        Some("mailbox_ack") => match serde_json::from_str::<MailboxAckFrame>(text) {
+            Ok(req) => {
+                let (core, device) = (core.clone(), device.clone());
+                tokio::spawn(async move {
+                    let frame = match core
+                        .ack_mailbox(&device.user_id, &device.device_id, req.seq)
+                        .await
+                    {
+                        Ok(ack) => frames::ack(req.id.as_deref(), &ack),
+                        Err(e) => frames::error(req.id.as_deref(), &e),
+                    };
+                    device.answer(frame);
+                });
+            }
+            Err(e) => reply_err(
+                id,
+                Error::new(Code::BadFrame, format!("bad mailbox_ack frame: {e}")),
             ),
         },
         Some("ping") => {

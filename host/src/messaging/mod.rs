@@ -60,6 +60,8 @@ pub struct Settings {
     pub max_group_members: u32,
     /// Delivered positions are kept (`received` frames count).
     pub receipts: bool,
+    /// The key directory's and the mailboxes' bounds.
+    pub e2e: crate::config::E2eConfig,
     /// Cluster mode: what this node caches of members and accounts is read again after
     /// this long, even if no invalidation arrived (the bus may have lost it).
     pub cache_max_age: Option<std::time::Duration>,
@@ -133,6 +135,8 @@ pub struct Core {
     generation: AtomicU64,
     /// When devices connected or went away, written in rounds.
     last_seen: Arc<devices::LastSeen>,
+    /// Key bundles claimed, by (claimer, target user).
+    pub(crate) key_claims: crate::limits::Limiter<(String, String)>,
 }
 
 impl Core {
@@ -164,6 +168,12 @@ impl Core {
         });
         let last_seen = Arc::new(devices::LastSeen::default());
         tokio::spawn(devices::record_last_seen(last_seen.clone(), store.clone()));
+        tokio::spawn(purge_mailboxes(store.clone()));
+        let key_claims = crate::limits::Limiter::new(
+            settings.e2e.claims_per_minute,
+            std::time::Duration::from_secs(60),
+            100_000,
+        );
         let mut commits = Vec::new();
         for _ in 0..routes.committers() {
             let (tx, rx) = mpsc::channel(settings.batch_max * 8);
@@ -185,6 +195,7 @@ impl Core {
             ids,
             generation: AtomicU64::new(0),
             last_seen,
+            key_claims,
         })
     }
 
@@ -200,12 +211,7 @@ impl Core {
 
     fn check_send(&self, sender: &str, req: SendFrame) -> Result<Prepared, Error> {
         let received = std::time::Instant::now();
-        let cmid = &req.client_msg_id;
-        if cmid.is_empty() || cmid.len() > 64 || cmid.chars().any(char::is_control) {
-            return Err(Error::bad_request(
-                "clientMsgId must be 1 to 64 bytes without control characters",
-            ));
-        }
+        check_client_msg_id(&req.client_msg_id)?;
         let target = match (req.conversation_id, req.peer_id) {
             (Some(id), None) => Target::Conversation(id),
             (None, Some(peer)) if req.conversation_type == 1 => {
@@ -532,6 +538,28 @@ impl Core {
                 };
                 to.answer(frame);
             }
+        }
+    }
+}
+
+/// A `clientMsgId`: 1 to 64 bytes without control characters.
+pub fn check_client_msg_id(cmid: &str) -> Result<(), Error> {
+    if cmid.is_empty() || cmid.len() > 64 || cmid.chars().any(char::is_control) {
+        return Err(Error::bad_request(
+            "clientMsgId must be 1 to 64 bytes without control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Deletes expired mailbox entries once a minute.
+async fn purge_mailboxes(store: Store) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = store.purge_mailboxes(crate::clock::now_ms()).await {
+            tracing::warn!("could not purge expired mailbox entries: {e}");
         }
     }
 }

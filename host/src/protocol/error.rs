@@ -83,6 +83,11 @@ codes! {
     ResyncRequired = "resync_required",
     DeviceRemoved = "device_removed",
     DeviceNotFound = "device_not_found",
+    KeysInvalid = "keys_invalid",
+    IdentityKeyChanged = "identity_key_changed",
+    PrekeyIdTaken = "prekey_id_taken",
+    TooManyPrekeys = "too_many_prekeys",
+    MailboxFull = "mailbox_full",
     Internal = "internal",
     /// WebSocket only: not JSON, no `type`, a bad `id`, binary data, a missing field.
     BadFrame = "bad_frame",

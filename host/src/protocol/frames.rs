@@ -347,6 +347,98 @@ pub struct ReadFrame {
     pub seq: i64,
 }
 
+/// One target of a send to devices: the device and its own payload.
+#[derive(Deserialize, Debug, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceTarget {
+    pub user_id: String,
+    pub device_id: String,
+    /// The kind's payload for this device, a JSON object.
+    #[schema(value_type = Object)]
+    pub payload: Box<RawValue>,
+}
+
+/// `send_to_devices`, over WebSocket (with `type` and `id`) and as the HTTP body (with
+/// `deviceId`, the sending device).
+#[derive(Deserialize, Debug, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceSendFrame {
+    #[serde(default, rename = "type")]
+    #[schema(ignore)]
+    pub _kind: Option<String>,
+    #[serde(default)]
+    #[schema(ignore)]
+    pub id: Option<String>,
+    /// HTTP only: the sending device (the WebSocket's is its connection's).
+    #[serde(default)]
+    pub device_id: Option<String>,
+    pub client_msg_id: String,
+    pub content_type: u32,
+    pub messages: Vec<DeviceTarget>,
+}
+
+/// Where one target of a send to devices was stored.
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceEntry {
+    pub user_id: String,
+    pub device_id: String,
+    pub seq: i64,
+}
+
+/// The answer to a send to devices: each target's seq in its mailbox, in the order sent.
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSendAck {
+    pub client_msg_id: String,
+    pub entries: Vec<DeviceEntry>,
+    /// A resend of a `clientMsgId` already sent: nothing new was stored.
+    pub duplicate: bool,
+}
+
+/// `mailbox_ack`: this connection's device processed its mailbox up to `seq`.
+#[derive(Deserialize, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MailboxAckFrame {
+    #[serde(default, rename = "type")]
+    pub _kind: Option<String>,
+    #[serde(default)]
+    pub id: Option<String>,
+    pub seq: i64,
+}
+
+/// The answer to a mailbox acknowledgement.
+#[derive(Serialize, Deserialize, Debug, Clone, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MailboxAck {
+    pub device_id: String,
+    /// Entries deleted.
+    pub deleted: u64,
+}
+
+/// An entry of a device's mailbox, pushed to it (and as a pull lists it).
+#[derive(Serialize, Debug, Clone, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceMessage<'a> {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub kind: Option<&'static str>,
+    pub device_id: &'a str,
+    pub seq: i64,
+    pub sender_id: &'a str,
+    pub sender_device_id: &'a str,
+    pub content_type: u32,
+    #[schema(value_type = Object)]
+    pub payload: &'a RawValue,
+    pub server_time: i64,
+    pub expires_at: i64,
+}
+
+/// A `device_message` frame.
+pub fn device_message(m: &DeviceMessage<'_>) -> Utf8Bytes {
+    encode(m)
+}
+
 /// A friend came online or went offline (live: never stored).
 pub fn presence(user_id: &str, online: bool, at: i64) -> Utf8Bytes {
     #[derive(Serialize)]
@@ -367,7 +459,7 @@ pub fn presence(user_id: &str, online: bool, at: i64) -> Utf8Bytes {
 }
 
 /// Every `type` of a frame the server writes.
-pub const SERVER_FRAME_TYPES: [&str; 9] = [
+pub const SERVER_FRAME_TYPES: [&str; 10] = [
     "notify",
     "ack",
     "error",
@@ -377,6 +469,7 @@ pub const SERVER_FRAME_TYPES: [&str; 9] = [
     "hello",
     "kicked",
     "presence",
+    "device_message",
 ];
 
 /// The `type` of a frame the server wrote (each starts `{"type":"…"`), for the metrics;

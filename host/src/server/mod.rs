@@ -48,6 +48,7 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
         registration: config.auth.registration,
         max_group_members: config.messaging.max_group_members.max(1),
         receipts: config.messaging.delivery_receipts,
+        e2e: config.e2e.clone(),
         cache_max_age: config
             .cluster
             .as_ref()

@@ -274,14 +274,20 @@ pub(crate) async fn rename_account(
         "user_streams WHERE user_id = $1",
         "revoked_tokens WHERE user_id = $1",
         "devices WHERE user_id = $1",
+        "device_keys WHERE user_id = $1",
+        "one_time_prekeys WHERE user_id = $1",
+        "mailbox_entries WHERE user_id = $1",
+        "mailbox_heads WHERE user_id = $1",
+        "mailbox_sends WHERE sender_id = $1",
     ] {
         sqlx::query(&format!("DELETE FROM {gone}"))
             .bind(from)
             .execute(&mut *conn)
             .await?;
     }
-    const COLUMNS: [(&str, &str); 13] = [
+    const COLUMNS: [(&str, &str); 14] = [
         ("messages", "sender_id"),
+        ("mailbox_entries", "sender_id"),
         ("members", "user_id"),
         ("member_intervals", "user_id"),
         ("read_positions", "user_id"),

@@ -97,6 +97,18 @@ impl Store {
         Ok(Seen::Known)
     }
 
+    /// Whether the device is one of the user's, not removed.
+    pub async fn device_active(&self, user_id: &str, device_id: &str) -> sqlx::Result<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM devices WHERE user_id = $1 AND device_id = $2 AND removed_at IS NULL",
+        )
+        .bind(user_id)
+        .bind(device_id)
+        .fetch_optional(self.read())
+        .await?;
+        Ok(found.is_some())
+    }
+
     /// Whether the device was removed by its user (a connection that registered while its
     /// removal committed asks once more).
     pub async fn device_removed(&self, user_id: &str, device_id: &str) -> sqlx::Result<bool> {
@@ -168,13 +180,15 @@ impl Store {
     }
 
     /// Removes a device: it keeps its row (so its id cannot come back unannounced), loses
-    /// its push token. `false` if there was no such device, or it was removed already.
+    /// its push token, its keys and its mailbox. `false` if there was no such device, or it
+    /// was removed already.
     pub async fn remove_device(
         &self,
         user_id: &str,
         device_id: &str,
         now: i64,
     ) -> sqlx::Result<bool> {
+        let mut tx = self.write().begin().await?;
         let done = sqlx::query(
             "UPDATE devices SET removed_at = $3, push_provider = NULL, push_token = NULL \
              WHERE user_id = $1 AND device_id = $2 AND removed_at IS NULL",
@@ -182,8 +196,13 @@ impl Store {
         .bind(user_id)
         .bind(device_id)
         .bind(now)
-        .execute(self.write())
+        .execute(&mut *tx)
         .await?;
+        if done.rows_affected() == 1 {
+            super::keys::forget_device(&mut tx, user_id, device_id).await?;
+            super::mailbox::forget_device(&mut tx, user_id, device_id).await?;
+        }
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 

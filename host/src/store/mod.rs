@@ -9,6 +9,8 @@ pub mod accounts;
 pub mod batch;
 pub mod devices;
 pub mod groups;
+pub mod keys;
+pub mod mailbox;
 pub mod social;
 pub mod stream;
 pub mod sync;

@@ -74,6 +74,9 @@ impl From<sqlx::Error> for BatchError {
 /// A lost race with another writer (unique key, deadlock, serialization) is a conflict:
 /// the batch rolled back and may run again.
 pub(crate) fn classify(e: sqlx::Error) -> BatchError {
+    if is_conflict(&e) {
+        return BatchError::Conflict;
+    }
     match e.as_database_error() {
         // Only a head's last seq is written NULL in a batch, by its check (`write`).
         Some(d) if d.kind() == sqlx::error::ErrorKind::NotNullViolation => BatchError::Stale,
@@ -86,6 +89,14 @@ pub(crate) fn classify(e: sqlx::Error) -> BatchError {
         _ if super::is_broken(&e) => BatchError::Broken(e),
         _ => BatchError::Db(e),
     }
+}
+
+/// Whether `e` is a lost race with another writer (unique key, deadlock, serialization):
+/// the transaction rolled back and may run again.
+pub fn is_conflict(e: &sqlx::Error) -> bool {
+    e.as_database_error().is_some_and(|d| {
+        d.is_unique_violation() || matches!(d.code().as_deref(), Some("40P01") | Some("40001"))
+    })
 }
 
 /// The current members of groups and channels by `(version, members)`: every change of

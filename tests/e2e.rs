@@ -1,0 +1,658 @@
+//! End-to-end encryption support as a client sees it: the key directory (uploads checked,
+//! one-time prekeys handed out once even to racing claimers, the last-resort key after,
+//! claims rate-limited, `keys.low`, signed prekey rotation), per-device mailboxes (pushed,
+//! pulled, acknowledged, resent, bounded, expiring, gone with their device), and the
+//! runnable example (`examples/e2e`): two users, two devices each, X3DH, mailboxes and
+//! group sender keys with real cryptography — after which the database holds no
+//! plaintext. The real binary on loopback, on SQLite and on PostgreSQL.
+
+#[macro_use]
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use common::server::{Backend, Db, Server, User, call, ok, setup};
+use curve25519_dalek::montgomery::MontgomeryPoint;
+use ed25519_dalek::{Signer as _, SigningKey};
+use serde_json::{Value, json};
+
+on_both!(
+    uploads_are_checked,
+    racing_claimers_never_share_a_one_time_prekey,
+    claims_are_limited_and_low_keys_are_told,
+    a_rotated_signed_prekey_stays_for_its_grace,
+    mailboxes_push_pull_and_forget,
+    the_example_leaves_no_plaintext_in_the_database,
+);
+
+const E2E: &str = "[e2e]\nclaims_per_minute = 1000\n";
+
+fn random32() -> [u8; 32] {
+    std::array::from_fn(|_| fastrand::u8(..))
+}
+
+fn b64(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// An X25519 public key (of a random private one).
+fn x25519() -> [u8; 32] {
+    MontgomeryPoint::mul_base_clamped(random32()).to_bytes()
+}
+
+/// A device's signing key and identity key.
+struct Keys {
+    signing: SigningKey,
+    identity: [u8; 32],
+}
+
+impl Keys {
+    fn new() -> Keys {
+        Keys {
+            signing: SigningKey::from_bytes(&random32()),
+            identity: x25519(),
+        }
+    }
+
+    fn sign(&self, context: &[u8], parts: &[&[u8]]) -> String {
+        let mut m = context.to_vec();
+        for p in parts {
+            m.extend_from_slice(p);
+        }
+        b64(&self.signing.sign(&m).to_bytes())
+    }
+
+    fn prekey(&self, context: &[u8], id: i64) -> Value {
+        let key = x25519();
+        json!({"keyId": id, "publicKey": b64(&key),
+            "signature": self.sign(context, &[&id.to_be_bytes(), &key])})
+    }
+
+    /// A full upload: identity, a signed prekey `spk`, a last-resort one, one-time
+    /// prekeys with `ids`.
+    fn upload(&self, spk: i64, ids: std::ops::Range<i64>) -> Value {
+        let mut body = self.identity_part();
+        body["signedPrekey"] = self.prekey(b"courier:signed-prekey:v1", spk);
+        body["lastResortPrekey"] = self.prekey(b"courier:last-resort-prekey:v1", 1_000_000);
+        body["oneTimePrekeys"] = one_time(ids);
+        body
+    }
+
+    fn identity_part(&self) -> Value {
+        json!({
+            "identityKey": b64(&self.identity),
+            "signingKey": b64(self.signing.verifying_key().as_bytes()),
+            "identitySignature": self.sign(b"courier:identity-key:v1", &[&self.identity]),
+        })
+    }
+}
+
+fn one_time(ids: std::ops::Range<i64>) -> Value {
+    ids.map(|id| json!({"keyId": id, "publicKey": b64(&x25519())}))
+        .collect()
+}
+
+/// Registers `device` of `u` and uploads `body` for it.
+async fn publish(s: &Server, u: &User, device: &str, body: &Value) -> Value {
+    ok(
+        s,
+        u,
+        "POST",
+        "/v1/devices",
+        Some(json!({ "deviceId": device })),
+    )
+    .await;
+    ok(
+        s,
+        u,
+        "PUT",
+        &format!("/v1/devices/{device}/keys"),
+        Some(body.clone()),
+    )
+    .await
+}
+
+async fn uploads_are_checked(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-uploads", E2E).await;
+    let alice = s.user("alice").await;
+    let k = Keys::new();
+    ok(
+        &s,
+        &alice,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "phone"})),
+    )
+    .await;
+    let path = "/v1/devices/phone/keys";
+    let good = k.upload(1, 0..5);
+    let with = |f: &dyn Fn(&mut Value)| -> Option<Value> {
+        let mut b = good.clone();
+        f(&mut b);
+        Some(b)
+    };
+    let other = Keys::new();
+    let small_order = b64(&[0u8; 32]);
+    let t = Some(alice.token.as_str());
+    s.expect_errors(&[
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["identityKey"] = json!("not base64!")),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["identityKey"] = json!(b64(&[1u8; 31]))),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["identityKey"] = json!(small_order)),
+            400,
+            "keys_invalid",
+        ),
+        // Signed by another key.
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| {
+                b["identitySignature"] = other.identity_part()["identitySignature"].clone()
+            }),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["signedPrekey"] = other.prekey(b"courier:signed-prekey:v1", 1)),
+            400,
+            "keys_invalid",
+        ),
+        // A signature over the wrong context (a signed prekey's as the last resort's).
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| {
+                b["lastResortPrekey"] = k.prekey(b"courier:signed-prekey:v1", 1_000_000)
+            }),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["oneTimePrekeys"][0]["publicKey"] = json!(small_order)),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["oneTimePrekeys"][1]["keyId"] = json!(0)),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["oneTimePrekeys"][0]["keyId"] = json!(-1)),
+            400,
+            "keys_invalid",
+        ),
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| {
+                b.as_object_mut().unwrap().remove("lastResortPrekey");
+            }),
+            400,
+            "keys_invalid",
+        ),
+        // Only public keys: a private one has no field to go in.
+        (
+            t,
+            "PUT",
+            path,
+            with(&|b: &mut Value| b["identityPrivateKey"] = json!(b64(&random32()))),
+            400,
+            "bad_request",
+        ),
+        (
+            t,
+            "PUT",
+            "/v1/devices/tablet/keys",
+            Some(good.clone()),
+            404,
+            "device_not_found",
+        ),
+        (None, "PUT", path, Some(good.clone()), 401, "unauthorized"),
+    ])
+    .await;
+    let status = ok(&s, &alice, "PUT", path, Some(good.clone())).await;
+    assert_eq!(
+        (
+            &status["uploaded"],
+            &status["oneTimePrekeys"],
+            &status["signedPrekeyId"],
+            &status["lastResortId"]
+        ),
+        (&json!(true), &json!(5), &json!(1), &json!(1_000_000)),
+        "{status}"
+    );
+    // Again: harmless. More one-time prekeys: added. The same id with another key, other
+    // identity keys, or past the most a device holds: refused.
+    ok(&s, &alice, "PUT", path, Some(good.clone())).await;
+    let mut more = k.identity_part();
+    more["oneTimePrekeys"] = one_time(5..10);
+    let status = ok(&s, &alice, "PUT", path, Some(more)).await;
+    assert_eq!(status["oneTimePrekeys"], 10, "{status}");
+    let mut taken = k.identity_part();
+    taken["oneTimePrekeys"] = one_time(3..4);
+    let mut too_many = k.identity_part();
+    too_many["oneTimePrekeys"] = one_time(10..101);
+    s.expect_errors(&[
+        (t, "PUT", path, Some(taken), 409, "prekey_id_taken"),
+        (
+            t,
+            "PUT",
+            path,
+            Some(Keys::new().upload(1, 0..1)),
+            409,
+            "identity_key_changed",
+        ),
+        (t, "PUT", path, Some(too_many), 409, "too_many_prekeys"),
+    ])
+    .await;
+    let status = s.get(&alice, path).await;
+    assert_eq!(status["oneTimePrekeys"], 10, "{status}");
+}
+
+async fn racing_claimers_never_share_a_one_time_prekey(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-race", E2E).await;
+    let bob = s.user("bob").await;
+    let k = Keys::new();
+    publish(&s, &bob, "phone", &k.upload(1, 0..8)).await;
+    let mut claimers = Vec::new();
+    for i in 0..16 {
+        claimers.push(s.user(&format!("claimer{i}")).await);
+    }
+    // Sixteen claims at once, each on a connection of its own.
+    let server = &s;
+    let bundles = futures_util::future::join_all(
+        claimers
+            .iter()
+            .map(|c| async move { ok(server, c, "GET", "/v1/keys/bob", None).await }),
+    )
+    .await;
+    let mut handed = HashSet::new();
+    let mut last_resort = 0;
+    for b in &bundles {
+        let p = &b["devices"][0]["prekey"];
+        match p["lastResort"].as_bool() {
+            Some(false) => {
+                assert!(
+                    handed.insert(p["keyId"].as_i64().unwrap()),
+                    "handed out twice: {p}"
+                );
+            }
+            Some(true) => {
+                assert_eq!(p["keyId"], 1_000_000, "{p}");
+                assert!(p["signature"].is_string(), "{p}");
+                last_resort += 1;
+            }
+            None => panic!("no prekey: {b}"),
+        }
+    }
+    assert_eq!(handed, (0..8).collect::<HashSet<i64>>());
+    assert_eq!(last_resort, 8);
+    assert_eq!(
+        s.get(&bob, "/v1/devices/phone/keys").await["oneTimePrekeys"],
+        0
+    );
+}
+
+async fn claims_are_limited_and_low_keys_are_told(b: Backend) {
+    let (_db, s) = setup(
+        &b,
+        "e2e-limits",
+        "[e2e]\nclaims_per_minute = 3\none_time_prekeys_low = 2\n",
+    )
+    .await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let carol = s.user("carol").await;
+    publish(&s, &bob, "phone", &Keys::new().upload(1, 0..4)).await;
+
+    let low = |page: &Value| -> Vec<Value> {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event"] == "keys.low")
+            .map(|e| e["data"].clone())
+            .collect()
+    };
+    for _ in 0..3 {
+        ok(&s, &alice, "GET", "/v1/keys/bob", None).await;
+    }
+    // Down to one: told once.
+    assert_eq!(
+        low(&s.get(&bob, "/v1/user-stream?limit=500").await),
+        vec![json!({"deviceId": "phone", "remaining": 1})]
+    );
+    // alice's allowance for bob is spent; carol's is her own.
+    let (st, got) = call(&s, &alice, "GET", "/v1/keys/bob", None).await;
+    assert_eq!(
+        (st, got["error"]["code"].as_str()),
+        (429, Some("rate_limited")),
+        "{got}"
+    );
+    ok(&s, &carol, "GET", "/v1/keys/bob", None).await;
+    let events = s.get(&bob, "/v1/user-stream?limit=500").await;
+    assert_eq!(low(&events).len(), 1, "told once until an upload");
+    s.expect_error(
+        "GET",
+        "/v1/keys/nobody",
+        Some(&carol.token),
+        None,
+        404,
+        "user_not_found",
+    )
+    .await;
+    // A user without keys has no bundles.
+    let none = ok(&s, &carol, "GET", "/v1/keys/alice", None).await;
+    assert_eq!(none, json!({"userId": "alice", "devices": []}));
+}
+
+async fn a_rotated_signed_prekey_stays_for_its_grace(b: Backend) {
+    let (_db, s) = setup(
+        &b,
+        "e2e-rotation",
+        "[e2e]\nclaims_per_minute = 1000\nsigned_prekey_grace_secs = 2\n",
+    )
+    .await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let k = Keys::new();
+    publish(&s, &bob, "phone", &k.upload(1, 0..2)).await;
+    let first = ok(&s, &alice, "GET", "/v1/keys/bob", None).await["devices"][0].clone();
+    let mut rotate = k.identity_part();
+    rotate["signedPrekey"] = k.prekey(b"courier:signed-prekey:v1", 2);
+    ok(&s, &bob, "PUT", "/v1/devices/phone/keys", Some(rotate)).await;
+    let bundle = ok(&s, &alice, "GET", "/v1/keys/bob", None).await["devices"][0].clone();
+    assert_eq!(bundle["signedPrekey"]["keyId"], 2);
+    let previous = &bundle["previousSignedPrekey"];
+    assert_eq!(
+        (&previous["keyId"], &previous["publicKey"]),
+        (&json!(1), &first["signedPrekey"]["publicKey"]),
+        "{bundle}"
+    );
+    assert!(previous["until"].as_i64().unwrap() > 0);
+    // After the grace period it is gone (safety net 20 s).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = s.get(&bob, "/v1/devices/phone/keys").await;
+        if status.get("previousSignedPrekeyId").is_none() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// An `encrypted` payload, as the plugin takes it.
+fn envelope(from_device: &str, to_device: &str) -> Value {
+    json!({"v": 1, "type": "message", "senderDeviceId": from_device,
+        "recipientDeviceId": to_device, "header": b64(&random32()),
+        "ciphertext": b64(&random32())})
+}
+
+async fn mailboxes_push_pull_and_forget(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-mailboxes", "[e2e]\nmailbox_max_entries = 3\n").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let carol = s.user("carol").await;
+    for (u, d) in [
+        (&alice, "phone"),
+        (&bob, "phone"),
+        (&bob, "laptop"),
+        (&carol, "phone"),
+    ] {
+        ok(&s, u, "POST", "/v1/devices", Some(json!({ "deviceId": d }))).await;
+    }
+    let mut a = s.connect(&alice, "phone").await;
+    let mut bob_phone = s.connect(&bob, "phone").await;
+    let send = |id: &str, targets: &[(&str, &str)]| {
+        json!({"type": "send_to_devices", "id": id, "clientMsgId": id, "contentType": 10,
+            "messages": targets.iter().map(|(u, d)| json!({"userId": u, "deviceId": d,
+                "payload": envelope("phone", d)})).collect::<Vec<_>>()})
+    };
+    let frame = send("m1", &[("bob", "phone"), ("bob", "laptop")]);
+    a.send(frame.clone()).await;
+    let ack = a.until(|f| f["id"] == "m1").await.0;
+    assert_eq!(
+        (&ack["type"], &ack["duplicate"], &ack["entries"]),
+        (
+            &json!("ack"),
+            &json!(false),
+            &json!([{"userId": "bob", "deviceId": "phone", "seq": 1},
+                    {"userId": "bob", "deviceId": "laptop", "seq": 1}])
+        ),
+        "{ack}"
+    );
+    // The online device gets its own entry pushed; the other pulls it.
+    let pushed = bob_phone.until(|f| f["type"] == "device_message").await.0;
+    assert_eq!(
+        (
+            &pushed["deviceId"],
+            &pushed["seq"],
+            &pushed["senderId"],
+            &pushed["senderDeviceId"]
+        ),
+        (&json!("phone"), &json!(1), &json!("alice"), &json!("phone")),
+        "{pushed}"
+    );
+    assert_eq!(pushed["payload"]["recipientDeviceId"], "phone");
+    let page = s.get(&bob, "/v1/devices/laptop/mailbox?afterSeq=0").await;
+    assert_eq!(
+        (
+            &page["lastSeq"],
+            &page["hasMore"],
+            page["entries"].as_array().unwrap().len()
+        ),
+        (&json!(1), &json!(false), 1),
+        "{page}"
+    );
+    assert_eq!(page["entries"][0]["payload"]["recipientDeviceId"], "laptop");
+    // A resend stores nothing new and gets the same seqs.
+    a.send(frame).await;
+    let again = a.until(|f| f["id"] == "m1").await.0;
+    assert_eq!(
+        (&again["duplicate"], &again["entries"]),
+        (&json!(true), &ack["entries"])
+    );
+    let page = s.get(&bob, "/v1/devices/laptop/mailbox?afterSeq=0").await;
+    assert_eq!(page["entries"].as_array().unwrap().len(), 1, "{page}");
+    // Acknowledged entries go (the connection's device over the WebSocket).
+    bob_phone
+        .send(json!({"type": "mailbox_ack", "id": "k", "seq": 1}))
+        .await;
+    let acked = bob_phone.until(|f| f["id"] == "k").await.0;
+    assert_eq!(
+        acked,
+        json!({"type": "ack", "id": "k", "deviceId": "phone", "deleted": 1})
+    );
+    let page = s.get(&bob, "/v1/devices/phone/mailbox").await;
+    assert_eq!(
+        (&page["entries"], &page["lastSeq"]),
+        (&json!([]), &json!(1)),
+        "{page}"
+    );
+    // Bounded: the laptop holds 1; two more fill it; the next send to it is refused whole.
+    for id in ["m2", "m3"] {
+        a.send(send(id, &[("bob", "laptop")])).await;
+        assert_eq!(a.until(|f| f["id"] == id).await.0["type"], "ack");
+    }
+    let t = Some(alice.token.as_str());
+    let http = |targets: &[(&str, &str)], kind: u32| {
+        let mut f = send("h", targets);
+        let o = f.as_object_mut().unwrap();
+        o.remove("type");
+        o.remove("id");
+        o.insert("deviceId".into(), json!("phone"));
+        o.insert("contentType".into(), json!(kind));
+        o.insert(
+            "clientMsgId".into(),
+            json!(format!("h-{}", fastrand::u32(..))),
+        );
+        Some(f)
+    };
+    let path = "/v1/device-messages";
+    s.expect_errors(&[
+        (
+            t,
+            "POST",
+            path,
+            http(&[("bob", "phone"), ("bob", "laptop")], 10),
+            409,
+            "mailbox_full",
+        ),
+        (
+            t,
+            "POST",
+            path,
+            http(&[("bob", "tablet")], 10),
+            404,
+            "device_not_found",
+        ),
+        (
+            t,
+            "POST",
+            path,
+            http(&[("bob", "phone")], 1),
+            403,
+            "content_type_forbidden",
+        ),
+        (t, "POST", path, http(&[], 10), 400, "bad_request"),
+        (
+            t,
+            "POST",
+            path,
+            http(&[("bob", "phone"), ("bob", "phone")], 10),
+            400,
+            "bad_request",
+        ),
+        (
+            Some(bob.token.as_str()),
+            "GET",
+            "/v1/devices/tablet/mailbox",
+            None,
+            404,
+            "device_not_found",
+        ),
+    ])
+    .await;
+    // Nothing of the refused send was stored: the phone's mailbox is still empty.
+    let page = s.get(&bob, "/v1/devices/phone/mailbox").await;
+    assert_eq!(page["lastSeq"], 1, "{page}");
+    // A user who blocks the sender gets nothing from them.
+    ok(&s, &carol, "PUT", "/v1/blocks/alice", None).await;
+    s.expect_error(
+        "POST",
+        path,
+        t,
+        http(&[("carol", "phone")], 10),
+        403,
+        "blocked",
+    )
+    .await;
+    // A removed device's mailbox goes with it.
+    ok(&s, &bob, "DELETE", "/v1/devices/laptop", None).await;
+    s.expect_error(
+        "GET",
+        "/v1/devices/laptop/mailbox",
+        Some(&bob.token),
+        None,
+        404,
+        "device_not_found",
+    )
+    .await;
+    ok(
+        &s,
+        &bob,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "laptop"})),
+    )
+    .await;
+    let page = s.get(&bob, "/v1/devices/laptop/mailbox").await;
+    assert_eq!(
+        (&page["entries"], &page["lastSeq"]),
+        (&json!([]), &json!(0)),
+        "{page}"
+    );
+}
+
+/// Runs `examples/e2e/e2e.py` against a server; its output, or why it was skipped.
+fn run_example(addr: &str, marker: &str) -> Result<String, String> {
+    let has = std::process::Command::new("python3")
+        .args(["-c", "import cryptography"])
+        .output();
+    match has {
+        Ok(o) if o.status.success() => {}
+        _ => return Err("python3 with the cryptography package is not here".into()),
+    }
+    let out = std::process::Command::new("python3")
+        .arg(common::repo_root().join("examples/e2e/e2e.py"))
+        .arg(format!("http://{addr}"))
+        .args(["--marker", marker])
+        .output()
+        .expect("run python3");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the example failed:\n{text}");
+    Ok(text)
+}
+
+async fn the_example_leaves_no_plaintext_in_the_database(b: Backend) {
+    let db = Db::new(&b, "e2e-example").await;
+    let s = Server::start(&db, &format!("{}{E2E}", common::server::FAST)).await;
+    let marker = format!("marker{:016x}", fastrand::u64(..));
+    let output = match run_example(&s.addr, &marker) {
+        Ok(o) => o,
+        Err(why) => {
+            eprintln!("the_example_leaves_no_plaintext_in_the_database: skipped: {why}");
+            return;
+        }
+    };
+    assert!(output.contains("all decrypted"), "{output}");
+    // Every plaintext carried the marker; the server never had one.
+    let found = db.search(&marker).await;
+    assert!(found.is_empty(), "plaintext in the database: {found:?}");
+    // The envelopes it did carry are there: the search looks where they are.
+    assert!(
+        !db.search("\"ciphertext\"").await.is_empty(),
+        "the search found no envelope at all"
+    );
+}

@@ -684,6 +684,24 @@ async fn devices_receipts_and_offline_notices_across_nodes() {
         );
     }
 
+    // A to-device message sent through node 1 reaches bob's tablet on node 2.
+    let envelope = json!({"v": 1, "type": "message", "senderDeviceId": "laptop",
+        "header": "AQ==", "ciphertext": "AAAA"});
+    laptop
+        .send(
+            json!({"type": "send_to_devices", "id": "d1", "clientMsgId": "d1",
+            "contentType": 10, "messages": [{"userId": "bob", "deviceId": "tablet",
+            "payload": envelope}]}),
+        )
+        .await;
+    assert_eq!(laptop.until(|f| f["id"] == "d1").await.0["type"], "ack");
+    let (m, _) = b.until(|f| f["type"] == "device_message").await;
+    assert_eq!(
+        (&m["seq"], &m["senderId"], &m["senderDeviceId"]),
+        (&json!(1), &json!("alice"), &json!("laptop")),
+        "{m}"
+    );
+
     // alice removes her phone through node 1; node 2 closes it, and no node takes it back.
     ok(&n[0], &alice, "DELETE", "/v1/devices/phone", None).await;
     let (code, frames) = phone.closed().await;

@@ -25,6 +25,7 @@ on_both!(
     claims_are_limited_and_low_keys_are_told,
     a_rotated_signed_prekey_stays_for_its_grace,
     mailboxes_push_pull_and_forget,
+    mailbox_entries_expire,
     the_example_leaves_no_plaintext_in_the_database,
 );
 
@@ -609,6 +610,41 @@ async fn mailboxes_push_pull_and_forget(b: Backend) {
         (&json!([]), &json!(0)),
         "{page}"
     );
+}
+
+async fn mailbox_entries_expire(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-expiry", "[e2e]\nmailbox_ttl_secs = 1\n").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    for u in [&alice, &bob] {
+        ok(
+            &s,
+            u,
+            "POST",
+            "/v1/devices",
+            Some(json!({"deviceId": "phone"})),
+        )
+        .await;
+    }
+    let body = json!({"deviceId": "phone", "clientMsgId": "x1", "contentType": 10,
+        "messages": [{"userId": "bob", "deviceId": "phone", "payload": envelope("phone", "phone")}]});
+    let ack = ok(&s, &alice, "POST", "/v1/device-messages", Some(body)).await;
+    let page = s.get(&bob, "/v1/devices/phone/mailbox").await;
+    let entry = &page["entries"][0];
+    assert_eq!(entry["seq"], ack["entries"][0]["seq"], "{page}");
+    let ttl = entry["expiresAt"].as_i64().unwrap() - entry["serverTime"].as_i64().unwrap();
+    assert_eq!(ttl, 1000, "{entry}");
+    // Not acknowledged, it is gone once it expired (safety net 20 s).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = s.get(&bob, "/v1/devices/phone/mailbox").await;
+        if page["entries"] == json!([]) {
+            assert_eq!(page["lastSeq"], 1, "{page}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{page}");
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Runs `examples/e2e/e2e.py` against a server; its output, or why it was skipped.

@@ -9,14 +9,7 @@ use super::{AppState, Body, Error, User, schema};
 use crate::gateway::valid_device_id;
 use crate::messaging::{DeviceInfo, valid_label};
 
-type Segment = Result<Path<String>, axum::extract::rejection::PathRejection>;
-
-fn device_id(path: Segment) -> Result<String, Error> {
-    path.ok()
-        .map(|Path(s)| s)
-        .filter(|d| valid_device_id(d))
-        .ok_or_else(|| Error::bad_request("a device id is 1 to 64 of A-Z a-z 0-9 _ . - :"))
-}
+use super::{Segment, device_id};
 
 #[utoipa::path(get, path = "/v1/devices", tag = "devices", security(("userToken" = [])),
     responses((status = 200, body = schema::Devices)))]

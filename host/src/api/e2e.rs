@@ -11,14 +11,7 @@ use crate::e2e::mailbox::MailboxPage;
 use crate::gateway::valid_device_id;
 use crate::protocol::frames::{DeviceSendAck, DeviceSendFrame, MailboxAck};
 
-type Segment = Result<Path<String>, axum::extract::rejection::PathRejection>;
-
-fn device_id(path: Segment) -> Result<String, Error> {
-    path.ok()
-        .map(|Path(s)| s)
-        .filter(|d| valid_device_id(d))
-        .ok_or_else(|| Error::bad_request("a device id is 1 to 64 of A-Z a-z 0-9 _ . - :"))
-}
+use super::{Segment, device_id};
 
 #[utoipa::path(put, path = "/v1/devices/{deviceId}/keys", tag = "e2e", security(("userToken" = [])),
     description = "Uploads the device's public keys: identity and signing keys (the same every time), a signed prekey (a new keyId rotates it), a last-resort prekey, one-time prekeys",

@@ -31,6 +31,17 @@ use crate::gateway::Gateway;
 use crate::messaging::Core;
 use crate::plugins::{PluginRegistry, SendContext, SenderKind};
 
+/// A path segment, as axum extracts it.
+type Segment = Result<Path<String>, axum::extract::rejection::PathRejection>;
+
+/// The device id of a path, or `bad_request`.
+fn device_id(path: Segment) -> Result<String, Error> {
+    path.ok()
+        .map(|Path(s)| s)
+        .filter(|d| crate::gateway::valid_device_id(d))
+        .ok_or_else(|| Error::bad_request("a device id is 1 to 64 of A-Z a-z 0-9 _ . - :"))
+}
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {

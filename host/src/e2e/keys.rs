@@ -373,20 +373,4 @@ impl Core {
             devices,
         })
     }
-
-    /// `device_not_found` unless the device is one of the user's, not removed.
-    pub(crate) async fn active_device(&self, user_id: &str, device_id: &str) -> Result<(), Error> {
-        match self
-            .store
-            .device_active(user_id, device_id)
-            .await
-            .map_err(unavailable)?
-        {
-            true => Ok(()),
-            false => Err(Error::new(
-                Code::DeviceNotFound,
-                format!("you have no device {device_id:?}"),
-            )),
-        }
-    }
 }

@@ -213,6 +213,19 @@ impl Core {
         Ok(())
     }
 
+    /// `device_not_found` unless the device is one of the user's, not removed.
+    pub async fn active_device(&self, user_id: &str, device_id: &str) -> Result<(), Error> {
+        match self
+            .store
+            .device_active(user_id, device_id)
+            .await
+            .map_err(unavailable)?
+        {
+            true => Ok(()),
+            false => Err(not_found(device_id)),
+        }
+    }
+
     /// Mutes (or unmutes) the user's offline notices of a conversation.
     pub async fn mute_notifications(
         &self,

@@ -8,6 +8,15 @@ use sqlx::Row as _;
 
 use super::{Dialect, Store, json, lookup};
 
+/// What a device holds besides its row, all of it gone with the device: its keys, its
+/// one-time prekeys, its mailbox.
+const DEVICE_STATE: [&str; 4] = [
+    "device_keys",
+    "one_time_prekeys",
+    "mailbox_entries",
+    "mailbox_heads",
+];
+
 /// A device as its user lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceRow {
@@ -199,8 +208,15 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 1 {
-            super::keys::forget_device(&mut tx, user_id, device_id).await?;
-            super::mailbox::forget_device(&mut tx, user_id, device_id).await?;
+            for table in DEVICE_STATE {
+                sqlx::query(&format!(
+                    "DELETE FROM {table} WHERE user_id = $1 AND device_id = $2"
+                ))
+                .bind(user_id)
+                .bind(device_id)
+                .execute(&mut *tx)
+                .await?;
+            }
         }
         tx.commit().await?;
         Ok(done.rows_affected() == 1)

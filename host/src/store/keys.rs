@@ -371,21 +371,3 @@ pub async fn claim(
     }
     Ok(out)
 }
-
-/// Drops a device's keys and one-time prekeys (it was removed).
-pub async fn forget_device(
-    conn: &mut AnyConnection,
-    user_id: &str,
-    device_id: &str,
-) -> sqlx::Result<()> {
-    for table in ["device_keys", "one_time_prekeys"] {
-        sqlx::query(&format!(
-            "DELETE FROM {table} WHERE user_id = $1 AND device_id = $2"
-        ))
-        .bind(user_id)
-        .bind(device_id)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}

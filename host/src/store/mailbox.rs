@@ -318,21 +318,3 @@ impl Store {
         Ok(n)
     }
 }
-
-/// Drops a device's mailbox (it was removed).
-pub async fn forget_device(
-    conn: &mut AnyConnection,
-    user_id: &str,
-    device_id: &str,
-) -> sqlx::Result<()> {
-    for table in ["mailbox_entries", "mailbox_heads"] {
-        sqlx::query(&format!(
-            "DELETE FROM {table} WHERE user_id = $1 AND device_id = $2"
-        ))
-        .bind(user_id)
-        .bind(device_id)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}

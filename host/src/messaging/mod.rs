@@ -7,6 +7,7 @@ pub mod batch;
 mod commit;
 mod delivery;
 mod devices;
+mod known;
 mod route;
 mod rules;
 

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 on_both!(
     uploads_are_checked,
     racing_claimers_never_share_a_one_time_prekey,
+    a_retried_upload_never_offers_a_handed_out_prekey_again,
     claims_are_limited_and_low_keys_are_told,
     a_rotated_signed_prekey_stays_for_its_grace,
     mailboxes_push_pull_and_forget,
@@ -284,6 +285,64 @@ async fn uploads_are_checked(b: Backend) {
     .await;
     let status = s.get(&alice, path).await;
     assert_eq!(status["oneTimePrekeys"], 10, "{status}");
+    // A signed or last-resort prekey's id names one key.
+    let mut same_id = k.identity_part();
+    same_id["signedPrekey"] = k.prekey(b"courier:signed-prekey:v1", 1);
+    s.expect_error("PUT", path, t, Some(same_id), 409, "prekey_id_taken")
+        .await;
+}
+
+async fn a_retried_upload_never_offers_a_handed_out_prekey_again(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-retried", E2E).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let k = Keys::new();
+    let upload = k.upload(1, 0..3);
+    publish(&s, &bob, "phone", &upload).await;
+    let claim = || async {
+        ok(&s, &alice, "GET", "/v1/keys/bob", None).await["devices"][0]["prekey"].clone()
+    };
+    assert_eq!(claim().await["keyId"], 0);
+    // The same upload again, as after a lost answer: key 0 stays handed out.
+    let status = ok(&s, &bob, "PUT", "/v1/devices/phone/keys", Some(upload)).await;
+    assert_eq!(status["oneTimePrekeys"], 2, "{status}");
+    let ids: Vec<Value> = [claim().await, claim().await, claim().await]
+        .iter()
+        .map(|p| json!([p["keyId"], p["lastResort"]]))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            json!([1, false]),
+            json!([2, false]),
+            json!([1_000_000, true])
+        ]
+    );
+    // A block refuses claims; asking for your own user's bundles can leave out your device.
+    ok(&s, &bob, "PUT", "/v1/blocks/alice", None).await;
+    s.expect_error(
+        "GET",
+        "/v1/keys/bob",
+        Some(&alice.token),
+        None,
+        403,
+        "blocked",
+    )
+    .await;
+    publish(&s, &bob, "laptop", &Keys::new().upload(1, 0..3)).await;
+    let own = ok(&s, &bob, "GET", "/v1/keys/bob?exceptDeviceId=laptop", None).await;
+    let devices: Vec<&str> = own["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["deviceId"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices, ["phone"]);
+    assert_eq!(
+        s.get(&bob, "/v1/devices/laptop/keys").await["oneTimePrekeys"],
+        3,
+        "the device left out lost no prekey"
+    );
 }
 
 async fn racing_claimers_never_share_a_one_time_prekey(b: Backend) {
@@ -607,8 +666,32 @@ async fn mailboxes_push_pull_and_forget(b: Backend) {
     let page = s.get(&bob, "/v1/devices/laptop/mailbox").await;
     assert_eq!(
         (&page["entries"], &page["lastSeq"]),
-        (&json!([]), &json!(0)),
-        "{page}"
+        (&json!([]), &json!(3)),
+        "registered again, its seqs go on: {page}"
+    );
+    // Device ids with dots and colons are device ids in an envelope too; over the
+    // WebSocket the connection's device sends.
+    ok(
+        &s,
+        &bob,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "ipad:2"})),
+    )
+    .await;
+    let body = json!({"deviceId": "phone", "clientMsgId": "dots", "contentType": 10,
+        "messages": [{"userId": "bob", "deviceId": "ipad:2",
+            "payload": envelope("phone", "ipad:2")}]});
+    let ack = ok(&s, &alice, "POST", "/v1/device-messages", Some(body)).await;
+    assert_eq!(ack["entries"][0]["seq"], 1, "{ack}");
+    let mut spoof = send("w", &[("bob", "phone")]);
+    spoof["deviceId"] = json!("laptop");
+    a.send(spoof).await;
+    let e = a.until(|f| f["id"] == "w").await.0;
+    assert_eq!(
+        (&e["type"], &e["code"]),
+        (&json!("error"), &json!("bad_request")),
+        "{e}"
     );
 }
 

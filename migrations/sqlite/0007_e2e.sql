@@ -6,7 +6,8 @@
 -- signatures 64): the X25519 identity key, the Ed25519 key that signs, the signature of
 -- the identity key and of each prekey under it. A rotated signed prekey stays as the
 -- previous one until previous_prekey_until. low_told: a keys.low event was appended since
--- the last upload of one-time prekeys.
+-- the last upload of one-time prekeys. max_claimed_id: the highest one-time prekey id handed
+-- out (claims take the lowest first), so an upload never offers one of those again.
 CREATE TABLE device_keys (
     user_id                   TEXT NOT NULL,
     device_id                 TEXT NOT NULL,
@@ -24,6 +25,7 @@ CREATE TABLE device_keys (
     last_resort_key           TEXT NOT NULL,
     last_resort_signature     TEXT NOT NULL,
     low_told                  INTEGER NOT NULL DEFAULT 0,
+    max_claimed_id            INTEGER NOT NULL DEFAULT -1,
     updated_at                INTEGER NOT NULL,
     PRIMARY KEY (user_id, device_id)
 ) WITHOUT ROWID;

@@ -37,18 +37,33 @@ pub async fn status(
     Ok(Json(s.core.keys_status(&user, &device).await?))
 }
 
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ClaimQuery {
+    /// A device of the user claimed for to leave out (your own asking device, when you
+    /// claim your own user's bundles).
+    except_device_id: Option<String>,
+}
+
 #[utoipa::path(get, path = "/v1/keys/{userId}", tag = "e2e", security(("userToken" = [])),
     description = "Claims a bundle of each of the user's devices with keys: each with one one-time prekey no one else gets, or the last-resort prekey when none is left",
-    params(("userId" = String, Path)), responses((status = 200, body = Bundles)))]
+    params(("userId" = String, Path), ClaimQuery), responses((status = 200, body = Bundles)))]
 pub async fn claim(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    query: Result<Query<ClaimQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Bundles>, Error> {
     let target = path
         .map(|Path(u)| u)
         .map_err(|e| Error::bad_request(format!("bad path: {e}")))?;
-    Ok(Json(s.core.claim_keys(&user, &target).await?))
+    let Query(q) = query.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
+    Ok(Json(
+        s.core
+            .claim_keys(&user, &target, q.except_device_id.as_deref())
+            .await?,
+    ))
 }
 
 #[utoipa::path(post, path = "/v1/device-messages", tag = "e2e", security(("userToken" = [])),

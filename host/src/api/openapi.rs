@@ -331,7 +331,7 @@ fn own_errors(key: &str) -> &'static [Code] {
             PrekeyIdTaken,
             TooManyPrekeys,
         ],
-        "GET /v1/keys/{userId}" => &[BadRequest, UserNotFound, RateLimited],
+        "GET /v1/keys/{userId}" => &[BadRequest, UserNotFound, RateLimited, Blocked],
         "POST /v1/device-messages" => &[
             BadRequest,
             DeviceNotFound,

@@ -103,8 +103,9 @@ pub struct ClaimedPrekey {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreviousPrekey {
-    #[serde(flatten)]
-    pub prekey: PrekeyBody,
+    pub key_id: i64,
+    pub public_key: String,
+    pub signature: String,
     /// ms since the epoch.
     pub until: i64,
 }
@@ -171,9 +172,10 @@ fn check(b: &KeysBody, max: usize) -> Result<(), Error> {
         )?;
     }
     if b.one_time_prekeys.len() > max {
-        return Err(invalid(format!(
-            "at most {max} one-time prekeys in an upload"
-        )));
+        return Err(Error::new(
+            Code::TooManyPrekeys,
+            format!("a device holds at most {max} one-time prekeys"),
+        ));
     }
     let mut ids = std::collections::HashSet::new();
     for p in &b.one_time_prekeys {
@@ -294,7 +296,15 @@ impl Core {
     /// Claims a bundle of each of `target`'s devices for `claimer`: rate-limited per
     /// claimer and target; a device left with few one-time prekeys is told in its user's
     /// stream (`keys.low`), once until it uploads more.
-    pub async fn claim_keys(&self, claimer: &str, target: &str) -> Result<Bundles, Error> {
+    pub async fn claim_keys(
+        &self,
+        claimer: &str,
+        target: &str,
+        except_device: Option<&str>,
+    ) -> Result<Bundles, Error> {
+        if !crate::auth::valid_user_id(target) {
+            return Err(Error::bad_request("not a user id"));
+        }
         if let Err(wait) = self
             .key_claims
             .take(&(claimer.to_string(), target.to_string()))
@@ -315,7 +325,16 @@ impl Core {
                     if !crate::store::social::user_exists(&mut c.tx, target).await? {
                         return Err(Refused::UserNotFound(target.to_string()).into());
                     }
-                    let claimed = q::claim(d, &mut c.tx, target, low, c.now).await?;
+                    // A user who blocks the claimer hands out nothing to them.
+                    let pair = [(target.to_string(), claimer.to_string())];
+                    if target != claimer
+                        && !crate::store::social::blocked_pairs(d, &mut c.tx, &pair)
+                            .await?
+                            .is_empty()
+                    {
+                        return Err(Refused::Blocked.into());
+                    }
+                    let claimed = q::claim(d, &mut c.tx, target, except_device, low, c.now).await?;
                     let told: Vec<&q::Claimed> = claimed
                         .iter()
                         .filter(|k| k.remaining < low && !k.keys.low_told)
@@ -360,7 +379,9 @@ impl Core {
                     signed_prekey: k.keys.signed_prekey.into(),
                     previous_signed_prekey: k.keys.previous_prekey.map(|(p, until)| {
                         PreviousPrekey {
-                            prekey: p.into(),
+                            key_id: p.key_id,
+                            public_key: p.public_key,
+                            signature: p.signature.unwrap_or_default(),
                             until,
                         }
                     }),

@@ -245,7 +245,7 @@ impl Core {
         self.active_device(user_id, device_id).await?;
         let deleted = self
             .store
-            .mailbox_ack(user_id, device_id, upto)
+            .mailbox_ack(user_id, device_id, upto, now_ms())
             .await
             .map_err(unavailable)?;
         Ok(MailboxAck {

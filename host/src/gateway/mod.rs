@@ -563,6 +563,12 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         // A transaction of its own each: run beside the connection, which does not wait
         // for it (its answer, like every other, comes through the outbox).
         Some("send_to_devices") => match serde_json::from_str::<DeviceSendFrame>(text) {
+            Ok(req) if req.device_id.is_some() => reply_err(
+                id,
+                Error::bad_request(
+                    "deviceId is the HTTP send's; over the WebSocket the connection's device sends",
+                ),
+            ),
             Ok(req) => {
                 let (core, device) = (core.clone(), device.clone());
                 tokio::spawn(async move {

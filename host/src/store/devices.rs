@@ -9,13 +9,9 @@ use sqlx::Row as _;
 use super::{Dialect, Store, json, lookup};
 
 /// What a device holds besides its row, all of it gone with the device: its keys, its
-/// one-time prekeys, its mailbox.
-const DEVICE_STATE: [&str; 4] = [
-    "device_keys",
-    "one_time_prekeys",
-    "mailbox_entries",
-    "mailbox_heads",
-];
+/// one-time prekeys, its mailbox's entries. (The mailbox's head stays: registered again,
+/// the device's seqs go on from where they were, so no client cursor skips an entry.)
+const DEVICE_STATE: [&str; 3] = ["device_keys", "one_time_prekeys", "mailbox_entries"];
 
 /// A device as its user lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,12 +28,14 @@ pub struct DeviceKeys {
     pub last_resort: Prekey,
     /// A `keys.low` event was appended since one-time prekeys were last uploaded.
     pub low_told: bool,
+    /// The highest one-time prekey id handed out, -1 for none.
+    pub max_claimed_id: i64,
 }
 
 const KEY_COLUMNS: &str = "device_id, identity_key, signing_key, identity_signature, \
      signed_prekey_id, signed_prekey, signed_prekey_signature, previous_prekey_id, \
      previous_prekey, previous_prekey_signature, previous_prekey_until, last_resort_id, \
-     last_resort_key, last_resort_signature, low_told";
+     last_resort_key, last_resort_signature, low_told, max_claimed_id";
 
 fn keys_from(r: &sqlx::any::AnyRow, now: i64) -> sqlx::Result<DeviceKeys> {
     let previous = match (
@@ -69,6 +71,7 @@ fn keys_from(r: &sqlx::any::AnyRow, now: i64) -> sqlx::Result<DeviceKeys> {
             signature: Some(r.try_get(13)?),
         },
         low_told: r.try_get::<i64, _>(14)? != 0,
+        max_claimed_id: r.try_get(15)?,
     })
 }
 
@@ -131,7 +134,7 @@ impl Store {
         .bind(device_id)
         .fetch_optional(self.read())
         .await?;
-        row.map(|r| Ok((keys_from(&r, now)?, r.try_get(15)?)))
+        row.map(|r| Ok((keys_from(&r, now)?, r.try_get(16)?)))
             .transpose()
     }
 }
@@ -171,8 +174,25 @@ pub async fn upload(
         }
         _ => {}
     }
+    // A signed or last-resort prekey keeps its key for its id: a session begun with the
+    // id names the key.
+    if let Some(k) = &existing {
+        for (new, held) in [
+            (u.signed_prekey, &k.signed_prekey),
+            (u.last_resort, &k.last_resort),
+        ] {
+            if let Some(new) = new
+                && new.key_id == held.key_id
+                && new.public_key != held.public_key
+            {
+                return Ok(Err(UploadRefused::PrekeyIdTaken(new.key_id)));
+            }
+        }
+    }
     // One-time prekeys: the same id with the same key again is harmless (a retried
-    // upload); with another key, refused.
+    // upload); with another key, refused; an id at or below the highest handed out was
+    // uploaded before and handed out (claims take the lowest first): never offered again.
+    let max_claimed = existing.as_ref().map_or(-1, |k| k.max_claimed_id);
     let mut fresh = Vec::new();
     for p in u.one_time {
         let held: Option<String> = sqlx::query_scalar(
@@ -187,6 +207,7 @@ pub async fn upload(
         match held {
             Some(k) if k == p.public_key => {}
             Some(_) => return Ok(Err(UploadRefused::PrekeyIdTaken(p.key_id))),
+            None if p.key_id <= max_claimed => {}
             None => fresh.push(p),
         }
     }
@@ -304,6 +325,7 @@ pub async fn claim(
     d: Dialect,
     conn: &mut AnyConnection,
     user_id: &str,
+    except_device: Option<&str>,
     low: i64,
     now: i64,
 ) -> sqlx::Result<Vec<Claimed>> {
@@ -333,7 +355,10 @@ pub async fn claim(
         }
     };
     let mut out = Vec::with_capacity(devices.len());
-    for keys in devices {
+    for keys in devices
+        .into_iter()
+        .filter(|k| Some(k.device_id.as_str()) != except_device)
+    {
         let one_time = sqlx::query(take)
             .bind(user_id)
             .bind(keys.device_id.as_str())
@@ -354,12 +379,19 @@ pub async fn claim(
         .bind(keys.device_id.as_str())
         .fetch_one(&mut *conn)
         .await?;
-        if remaining < low && !keys.low_told {
+        let told = remaining < low || keys.low_told;
+        let max_claimed = one_time
+            .as_ref()
+            .map_or(keys.max_claimed_id, |p| p.key_id.max(keys.max_claimed_id));
+        if told != keys.low_told || max_claimed != keys.max_claimed_id {
             sqlx::query(
-                "UPDATE device_keys SET low_told = 1 WHERE user_id = $1 AND device_id = $2",
+                "UPDATE device_keys SET low_told = $3, max_claimed_id = $4 \
+                 WHERE user_id = $1 AND device_id = $2",
             )
             .bind(user_id)
             .bind(keys.device_id.as_str())
+            .bind(i64::from(told))
+            .bind(max_claimed)
             .execute(&mut *conn)
             .await?;
         }

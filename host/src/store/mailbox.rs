@@ -286,22 +286,27 @@ impl Store {
         Ok((entries, last.unwrap_or(0)))
     }
 
-    /// Deletes a device's entries up to `upto`: how many.
+    /// Deletes a device's entries up to `upto`: how many it could still have pulled
+    /// (expired ones go too; the purge would take them within a minute anyway).
     pub async fn mailbox_ack(
         &self,
         user_id: &str,
         device_id: &str,
         upto: i64,
+        now: i64,
     ) -> sqlx::Result<u64> {
         Ok(sqlx::query(
-            "DELETE FROM mailbox_entries WHERE user_id = $1 AND device_id = $2 AND seq <= $3",
+            "DELETE FROM mailbox_entries WHERE user_id = $1 AND device_id = $2 AND seq <= $3 \
+             RETURNING expires_at",
         )
         .bind(user_id)
         .bind(device_id)
         .bind(upto)
-        .execute(self.write())
+        .fetch_all(self.write())
         .await?
-        .rows_affected())
+        .iter()
+        .filter(|r| r.try_get::<i64, _>(0).is_ok_and(|at| at > now))
+        .count() as u64)
     }
 
     /// Deletes expired entries and send records: how many entries.

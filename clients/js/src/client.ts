@@ -15,6 +15,7 @@ import {
   type LiveFrame,
   type Message,
   type ReadPosition,
+  type ReceivedPosition,
   type SendAck,
   type SendInput,
   type ServerFrame,
@@ -222,6 +223,15 @@ export class CourierClient extends Emitter<ClientEvents> {
     return position;
   }
 
+  /**
+   * Tells the server this device received the conversation up to `seq` (send it for the
+   * highest seq shown, once per burst): the peer of a private conversation gets a
+   * `delivered` receipt, and group receipts count it.
+   */
+  markReceived(conversationId: number, seq: number): Promise<ReceivedPosition> {
+    return this.api.received(conversationId, seq);
+  }
+
   #wireConnection(): void {
     const connection = this.#connection;
     connection.on("connecting", ({ attempt }) => this.#setState({ state: "connecting", attempt }));
@@ -279,6 +289,11 @@ export class CourierClient extends Emitter<ClientEvents> {
         const { conversationId, userId, readSeq, unread } = frame;
         if (userId === this.#userId && unread !== undefined) this.#overview.read(conversationId, readSeq, unread);
         this.emit("read", unread === undefined ? { conversationId, userId, readSeq } : { conversationId, userId, readSeq, unread });
+        return;
+      }
+      case "delivered": {
+        const { conversationId, userId, seq } = frame;
+        this.emit("delivered", { conversationId, userId, seq });
         return;
       }
       case "presence": {

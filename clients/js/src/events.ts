@@ -36,6 +36,13 @@ export interface ReadEvent {
   unread?: number;
 }
 
+export interface DeliveredEvent {
+  conversationId: number;
+  /** The peer whose devices received the conversation up to `seq`. */
+  userId: string;
+  seq: number;
+}
+
 export interface TypingEvent {
   conversationId: number;
   conversationType: 1 | 2 | 3;
@@ -60,6 +67,8 @@ export interface ClientEvents {
   recall: RecallEvent;
   /** A read position moved (yours on another device, or a peer's receipt). */
   read: ReadEvent;
+  /** In a private conversation, the peer's devices received it up to `seq`. */
+  delivered: DeliveredEvent;
   typing: TypingEvent;
   /** Any other live kind (call signals): never stored, never pulled. */
   live: LiveFrame;

@@ -9,6 +9,7 @@ import type {
   Group,
   MessagePage,
   ReadPosition,
+  ReceivedPosition,
   SendAck,
   SendInput,
   UserStreamPage,
@@ -123,6 +124,11 @@ export class Api {
 
   markRead(conversationId: number, seq: number): Promise<ReadPosition> {
     return this.request("POST", `/v1/conversations/${conversationId}/read`, { body: { seq } });
+  }
+
+  /** Your devices received the conversation up to `seq` (your delivered position). */
+  received(conversationId: number, seq: number): Promise<ReceivedPosition> {
+    return this.request("POST", `/v1/conversations/${conversationId}/received`, { body: { seq } });
   }
 
   /** The HTTP send (for integrations; the client's `send` uses the WebSocket). */

@@ -3,6 +3,7 @@ export type { ClientOptions } from "./client.js";
 export type {
   ClientEvents,
   ClientState,
+  DeliveredEvent,
   PresenceEvent,
   ReadEvent,
   RecallEvent,

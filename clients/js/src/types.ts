@@ -221,6 +221,21 @@ export interface ReadFrame {
   unread?: number;
 }
 
+/** A peer's devices received a private conversation up to `seq` (a delivered receipt). */
+export interface DeliveredFrame {
+  type: "delivered";
+  conversationId: number;
+  userId: string;
+  seq: number;
+}
+
+/** The answer to `received`: your delivered position in the conversation. */
+export interface ReceivedPosition {
+  conversationId: number;
+  deliveredSeq: number;
+  moved: boolean;
+}
+
 export interface PresenceFrame {
   type: "presence";
   userId: string;
@@ -245,5 +260,6 @@ export type ServerFrame =
   | LiveFrame
   | UserStreamFrame
   | ReadFrame
+  | DeliveredFrame
   | PresenceFrame
   | KickedFrame;

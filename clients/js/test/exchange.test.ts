@@ -85,7 +85,7 @@ test("two clients exchange messages both ways, each seen once and in order", asy
   assert.deepEqual(bob.errors, []);
 });
 
-test("a recall, typing and a read receipt reach the peer as events", async () => {
+test("a recall, typing, a delivered and a read receipt reach the peer as events", async () => {
   const sent = (await alice.client.send({ conversationType: 1, peerId: "bob", ...text("oops") })) as StoredAck;
   const { conversationId } = sent;
   const recalls: unknown[] = [];
@@ -107,6 +107,13 @@ test("a recall, typing and a read receipt reach the peer as events", async () =>
   assert.ok("live" in ack && ack.delivered >= 1);
   await eventually([bob], () => typing.length >= 1, "the typing event");
   assert.deepEqual(typing, [{ conversationId, conversationType: 1, userId: "alice", state: "typing" }]);
+
+  const delivered: unknown[] = [];
+  alice.client.on("delivered", (d) => delivered.push(d));
+  const received = await bob.client.markReceived(conversationId, sent.seq);
+  assert.deepEqual(received, { conversationId, deliveredSeq: sent.seq, moved: true });
+  await eventually([alice], () => delivered.length >= 1, "bob's delivered receipt at alice");
+  assert.deepEqual(delivered[0], { conversationId, userId: "bob", seq: sent.seq });
 
   const position = await bob.client.markRead(conversationId, recall.seq);
   assert.equal(position.readSeq, recall.seq);

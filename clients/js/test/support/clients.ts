@@ -22,6 +22,7 @@ const EVENT_NAMES: Record<keyof ClientEvents, true> = {
   message: true,
   recall: true,
   read: true,
+  delivered: true,
   typing: true,
   live: true,
   presence: true,

@@ -3,57 +3,21 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Body, Code, Error, User, schema};
+use super::schema::{self, MessageView};
+use super::{AppState, Body, Code, Error, User};
 use crate::messaging::batch::Op;
 use crate::messaging::{Answer, Prepared, SendAnswer};
-use crate::protocol::frames::{SendFrame, raw};
-use crate::store::sync::{Direction, MessageRow, OverviewRow};
+use crate::protocol::frames::SendFrame;
+use crate::store::sync::{Direction, OverviewRow};
 
 type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
 
 fn conversation_id(path: IdPath) -> Result<i64, Error> {
     path.map(|Path(id)| id)
         .map_err(|_| Error::bad_request("the conversation id must be an integer"))
-}
-
-/// A stored message as pulls return it: the `notify` envelope without `type`.
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MessageView {
-    conversation_type: u8,
-    conversation_id: i64,
-    seq: i64,
-    msg_id: String,
-    sender_id: String,
-    content_type: u32,
-    /// `null` once recalled.
-    #[schema(value_type = Option<Object>, required = true)]
-    payload: Option<Box<RawValue>>,
-    server_time: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    recalled_by: Option<i64>,
-}
-
-impl From<MessageRow> for MessageView {
-    fn from(row: MessageRow) -> MessageView {
-        let payload = row.payload().map(raw);
-        let m = row.message;
-        MessageView {
-            conversation_type: m.conversation_type,
-            conversation_id: m.conversation_id,
-            seq: m.seq,
-            msg_id: m.msg_id.to_string(),
-            sender_id: m.sender_id,
-            content_type: m.content_type,
-            payload,
-            server_time: m.server_time,
-            recalled_by: (row.recalled_by != 0).then_some(row.recalled_by),
-        }
-    }
 }
 
 #[utoipa::path(post, path = "/v1/messages", tag = "sync", security(("userToken" = [])),
@@ -91,6 +55,10 @@ pub struct PullQuery {
     /// Default 100 after, 50 before; above 500 means 500.
     #[param(minimum = 1)]
     limit: Option<i64>,
+    /// Add each message's `preview` (the kind's one-line text), so a client can show a
+    /// kind it does not know.
+    #[serde(default)]
+    previews: bool,
 }
 
 /// Largest page of a pull.
@@ -136,7 +104,27 @@ pub async fn pull(
         }
         _ => false,
     };
-    let messages: Vec<MessageView> = rows.into_iter().map(MessageView::from).collect();
+    let messages: Vec<MessageView> = if q.previews {
+        // Previews run plugins: off the async workers.
+        let registry = s.registry.clone();
+        tokio::task::spawn_blocking(move || {
+            rows.into_iter()
+                .map(|row| {
+                    let preview = match row.payload() {
+                        Some(p) => registry.preview(row.message.content_type, p),
+                        None => "[recalled]".to_string(),
+                    };
+                    let mut view = MessageView::from(row);
+                    view.preview = Some(preview);
+                    view
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
+    } else {
+        rows.into_iter().map(MessageView::from).collect()
+    };
     Ok(Json(json!({
         "conversationId": id,
         "conversationType": m.conversation_type,

@@ -8,7 +8,11 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
+
+use crate::protocol::frames::raw;
+use crate::store::sync::MessageRow;
 
 // ---- accounts
 
@@ -96,13 +100,54 @@ pub struct Overview {
     pub next_cursor: Option<String>,
 }
 
+/// A stored message as pulls return it: the `notify` envelope without `type`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageView {
+    conversation_type: u8,
+    conversation_id: i64,
+    seq: i64,
+    msg_id: String,
+    sender_id: String,
+    content_type: u32,
+    /// `null` once recalled.
+    #[schema(value_type = Option<Object>, required = true)]
+    payload: Option<Box<RawValue>>,
+    server_time: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recalled_by: Option<i64>,
+    /// The kind's one-line preview (`[recalled]` once recalled): only in pulls asked
+    /// with `previews=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
+}
+
+impl From<MessageRow> for MessageView {
+    fn from(row: MessageRow) -> MessageView {
+        let payload = row.payload().map(raw);
+        let m = row.message;
+        MessageView {
+            conversation_type: m.conversation_type,
+            conversation_id: m.conversation_id,
+            seq: m.seq,
+            msg_id: m.msg_id.to_string(),
+            sender_id: m.sender_id,
+            content_type: m.content_type,
+            payload,
+            server_time: m.server_time,
+            recalled_by: (row.recalled_by != 0).then_some(row.recalled_by),
+            preview: None,
+        }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MessagePage {
     pub conversation_id: i64,
     pub conversation_type: u8,
     pub last_seq: i64,
-    pub messages: Vec<super::conversations::MessageView>,
+    pub messages: Vec<MessageView>,
     pub has_more: bool,
 }
 

@@ -1,6 +1,7 @@
 //! HTTP: health, accounts, the WebSocket upgrade, sync (overview, pull, read positions),
-//! the HTTP send, the plugin list, and the admin endpoints (enable, disable, reload,
-//! dry-run validate). `app(state)` builds the router so tests can call it without a socket.
+//! the HTTP send, the plugin list, the admin endpoints (enable, disable, reload,
+//! dry-run validate), and the web client with its operator page (`web.rs`). `app(state)`
+//! builds the router so tests can call it without a socket.
 
 mod accounts;
 mod conversations;
@@ -12,6 +13,7 @@ mod metrics;
 pub mod openapi;
 mod schema;
 mod social;
+pub mod web;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -142,6 +144,8 @@ pub fn metrics_app(state: AppState) -> Router {
 
 pub fn app(state: AppState) -> Router {
     Router::new()
+        // The web client's pages and files: not part of the API (nor of its OpenAPI).
+        .merge(web::routes())
         .route("/healthz", get(healthz))
         .route("/v1/openapi.json", get(openapi::serve))
         .route("/v1/auth/register", post(accounts::register))

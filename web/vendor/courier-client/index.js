@@ -1,0 +1,10 @@
+export { CourierClient, newClientMsgId } from "./client.js";
+export { Api, login, register } from "./http.js";
+export { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
+export { FINAL_CLOSE_CODES } from "./connection.js";
+export { Emitter } from "./emitter.js";
+export { CourierError } from "./errors.js";
+export { DEFAULT_ACK_TIMEOUTS_MS } from "./outbox.js";
+export { MemoryCursorStore } from "./store.js";
+export { ConversationSync, UserStreamSync } from "./sync.js";
+export { ContentType } from "./types.js";

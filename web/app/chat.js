@@ -30,6 +30,8 @@ export class ChatView {
     this.items = new Map();
     this.hasOlder = false;
     this.loadingOlder = false;
+    /** The lowest seq on screen (Infinity: none yet): older cached ones wait for a scroll. */
+    this.floor = Infinity;
     /** The peer's positions in the private chat on screen. */
     this.peer = { readSeq: 0, deliveredSeq: 0 };
     /** seq → {read, delivered, of} in the group on screen. */
@@ -90,6 +92,9 @@ export class ChatView {
     this.peer = { readSeq: 0, deliveredSeq: 0 };
     this.groupReceipts.clear();
     this.hasOlder = false;
+    this.floor = Infinity;
+    /** Scrolling loads older messages only once the latest are in place. */
+    this.ready = false;
     fill($("#message-list"));
     fill($("#send-error"));
     $("#chat-empty").hidden = true;
@@ -100,7 +105,7 @@ export class ChatView {
     this.onOpen();
     for (const p of this.pending.values()) if (p.key === this.key()) $("#message-list").append(p.el);
     if (this.current.conversationId) {
-      this.showAll();
+      this.showLatest();
       void this.loadLatest(generation);
     } else {
       this.historyState(`No messages yet. Say hello to ${this.current.peerId}.`);
@@ -141,7 +146,7 @@ export class ChatView {
     for (const p of this.pending.values()) if (p.key === oldKey) p.key = this.key();
     this.refreshHeader();
     this.onOpen();
-    this.showAll();
+    this.showLatest();
     void this.loadLatest(this.generation);
   }
 
@@ -175,12 +180,11 @@ export class ChatView {
     try {
       const page = await this.page(id, { beforeSeq: top + 1, limit: PAGE });
       if (generation !== this.generation) return;
-      const pageMin = page.messages[0]?.seq ?? top + 1;
-      const cacheMin = minKey(this.cache.get(id));
-      this.hasOlder = page.hasMore || cacheMin < pageMin;
       this.merge(id, page.messages);
-      this.showAll();
+      this.showLatest();
+      this.hasOlder = page.hasMore || minKey(this.cache.get(id)) < this.floor;
       this.scrollToBottom();
+      this.ready = true;
       this.historyState();
       this.markRead();
       this.refreshReceipts();
@@ -194,21 +198,34 @@ export class ChatView {
     if (!c?.conversationId || this.loadingOlder || !this.hasOlder) return;
     const id = c.conversationId;
     const generation = this.generation;
-    const floor = minKey(this.cache.get(id));
+    const floor = this.floor;
     if (!Number.isFinite(floor) || floor <= 1) {
       this.hasOlder = false;
       this.historyState();
       return;
     }
+    const box = $("#messages");
+    // Older messages this page already holds (pushed or pulled before) come first.
+    const cached = sortedSeqs(this.cache.get(id)).filter((seq) => seq < floor);
+    if (cached.length > 0) {
+      const shown = cached.slice(-PAGE);
+      const fromBottom = box.scrollHeight - box.scrollTop;
+      this.floor = shown[0];
+      this.hasOlder = cached.length > PAGE || this.floor > 1;
+      this.showAll();
+      box.scrollTop = box.scrollHeight - fromBottom;
+      this.historyState();
+      return;
+    }
     this.loadingOlder = true;
     this.historyState("Loading older messages…");
-    const box = $("#messages");
     box.setAttribute("aria-busy", "true");
     try {
       const page = await this.page(id, { beforeSeq: floor, limit: PAGE });
       if (generation !== this.generation) return;
       const fromBottom = box.scrollHeight - box.scrollTop;
       this.merge(id, page.messages, true);
+      this.floor = Math.min(this.floor, page.messages[0]?.seq ?? this.floor);
       this.hasOlder = page.hasMore;
       this.showAll();
       box.scrollTop = box.scrollHeight - fromBottom;
@@ -241,7 +258,7 @@ export class ChatView {
 
   onScroll() {
     const box = $("#messages");
-    if (box.scrollTop < 80) void this.loadOlder();
+    if (this.ready && box.scrollTop < 80) void this.loadOlder();
     if (this.atBottom()) this.markRead();
   }
 
@@ -263,23 +280,34 @@ export class ChatView {
     for (const m of messages) {
       const known = map.get(m.seq);
       // A pulled copy is the stored (normalized) form; keep a preview already fetched.
-      map.set(m.seq, { ...m, preview: m.preview ?? known?.preview });
+      const next = { ...m, preview: m.preview ?? known?.preview };
+      if (!known || !same(known, next)) map.set(m.seq, next);
     }
     if (!older && conversationId !== this.current?.conversationId) trim(map);
   }
 
-  /** Puts every cached message of the conversation on screen that is not there yet. */
+  /** Shows the newest PAGE cached messages (and keeps what is on screen already). */
+  showLatest() {
+    const seqs = sortedSeqs(this.cache.get(this.current?.conversationId));
+    if (seqs.length > 0) this.floor = Math.min(this.floor, seqs[Math.max(0, seqs.length - PAGE)]);
+    this.showAll();
+  }
+
+  /** Puts every cached message from the floor up on screen (replacing what changed). */
   showAll() {
-    const id = this.current?.conversationId;
-    const map = this.cache.get(id);
+    const map = this.cache.get(this.current?.conversationId);
     if (!map) return;
-    for (const m of [...map.values()].sort((a, b) => a.seq - b.seq)) this.show(m);
+    for (const seq of sortedSeqs(map)) {
+      const m = map.get(seq);
+      if (seq >= this.floor && this.items.get(seq)?.message !== m) this.show(m);
+    }
   }
 
   /** Adds or replaces a message's `<li>`, in seq order. */
   show(m) {
     const list = $("#message-list");
     const el = this.item(m);
+    el.message = m;
     const known = this.items.get(m.seq);
     if (known) {
       known.replaceWith(el);
@@ -376,6 +404,8 @@ export class ChatView {
     if (c && !c.conversationId && m.conversationType === 1 && m.senderId === c.peerId) this.adopt(m.conversationId);
     if (c?.conversationId !== m.conversationId) return;
     const stick = this.atBottom() || m.senderId === this.me;
+    if (!Number.isFinite(this.floor)) this.floor = m.seq;
+    if (m.seq < this.floor) return;
     this.show(m);
     if (this.hasOlder === false) this.historyState();
     const typers = this.typingUsers.get(m.conversationId);
@@ -664,6 +694,20 @@ export class ChatView {
     const target = this.target();
     if (target && target.conversationType <= 2) this.client.typing(target, "stopped").catch(() => {});
   }
+}
+
+/** Whether two copies of a message would look the same. */
+function same(a, b) {
+  return (
+    a.preview === b.preview &&
+    a.recalledBy === b.recalledBy &&
+    a.senderId === b.senderId &&
+    JSON.stringify(a.payload) === JSON.stringify(b.payload)
+  );
+}
+
+function sortedSeqs(map) {
+  return [...(map?.keys() ?? [])].sort((a, b) => a - b);
 }
 
 function maxKey(map) {

@@ -75,5 +75,27 @@ test("a third-party kind renders through its preview, pushed and pulled", async 
   await pulled.filter({ hasText: "[note] Picnic at noon" }).waitFor();
   assert.equal(await pulled.count(), 1);
 
+  // The bundled kinds have views of their own.
+  await say(2, {
+    url: "https://cdn.example.com/summit.jpg",
+    mime: "image/jpeg",
+    width: 1600,
+    height: 1200,
+    size: 240000,
+    thumbnail: { url: "https://cdn.example.com/summit-small.jpg", width: 200, height: 150 },
+    caption: "The view from the top",
+  });
+  await say(3, { url: "https://files.example.com/route.gpx", name: "route.gpx", mime: "application/gpx+xml", size: 52311 });
+  await say(10, { v: 1, type: "message", senderDeviceId: "phone-1", header: "AQ==", ciphertext: "AAAA" });
+  const image = bob.page.locator('#message-list li[data-kind="2"]');
+  await image.locator('img[alt="The view from the top"][src="https://cdn.example.com/summit-small.jpg"]').waitFor();
+  await image.locator("figcaption", { hasText: "The view from the top" }).waitFor();
+  const file = bob.page.locator('#message-list li[data-kind="3"] a.file');
+  await file.filter({ hasText: "route.gpx" }).filter({ hasText: "52.3 KB" }).waitFor();
+  assert.equal(await file.getAttribute("href"), "https://files.example.com/route.gpx");
+  await bob.page.locator('#message-list li[data-kind="10"]', { hasText: "Encrypted message" }).waitFor();
+  // Pushed bundled kinds need no preview: only the unknown one was asked for.
+  assert.equal(await bob.page.locator("#message-list .other-kind").count(), 1);
+
   await bob.context.close();
 });

@@ -149,6 +149,12 @@ export async function launchBrowser() {
 export async function newPerson(browser, server, viewport = { width: 1100, height: 760 }) {
   const context = await browser.newContext({ viewport, baseURL: server.url });
   context.setDefaultTimeout(DEADLINE);
+  // Nothing leaves the machine (image messages name https URLs): only the server answers.
+  const origin = new URL(server.url).origin;
+  await context.route(
+    (url) => url.origin !== origin,
+    (route) => route.abort(),
+  );
   const page = await context.newPage();
   watchErrors(page);
   return { context, page };
@@ -235,10 +241,10 @@ export function thirdPartyKind() {
   }
   const kind = path.join(dir, "note");
   const made = spawnSync(courierBin(), ["plugin", "new", "note", "--lang", "rust", "--dir", kind], { encoding: "utf8" });
-  if (made.status !== 0) throw new Error(`courier plugin new: ${made.stdout}${made.stderr}`);
+  if (made.status !== 0) throw new Error(`courier plugin new: ${made.error ?? ""}${made.stdout}${made.stderr}`);
   const env = { ...process.env, CARGO_TARGET_DIR: process.env.COURIER_KIND_TARGET || path.join(tmpdir(), "courier-web-kind-target") };
   const built = spawnSync("bash", [path.join(kind, "build.sh")], { cwd: kind, env, encoding: "utf8" });
-  if (built.status !== 0) throw new Error(`build.sh: ${built.stdout}${built.stderr}`);
+  if (built.status !== 0) throw new Error(`build.sh: ${built.error ?? ""}${built.stdout}${built.stderr}`);
   copyFileSync(path.join(kind, "build/note.wasm"), path.join(pluginDir, "note.wasm"));
   return pluginDir;
 }

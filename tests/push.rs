@@ -214,17 +214,20 @@ async fn offline_users_get_one_signed_notice_per_burst(b: Backend) {
     let recall = json!({"type": "send", "id": "e3", "clientMsgId": "e3", "conversationType": 1,
         "peerId": "erin", "contentType": 4, "payload": {"seq": secret["seq"]}});
     send_ok(&mut a, recall).await;
+    // Her badge: the encrypted one and carol's; the recalled one no longer counts.
     let got = r.next().await;
     assert_eq!(
         (
             &got.body["userId"],
             &got.body["senderId"],
-            &got.body["preview"]
+            &got.body["preview"],
+            &got.body["badge"]
         ),
         (
             &json!("erin"),
             &json!("carol"),
-            &json!("from carol to erin")
+            &json!("from carol to erin"),
+            &json!(2)
         ),
         "{:?}",
         got.body

@@ -660,8 +660,28 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             "[{name}] {key}: {OFFLINE_USERS} users with push tokens in {:.1} s",
             made.elapsed().as_secs_f64()
         );
+        // Each recipient's first message (a new conversation), then the steady load.
+        let per_sender = OFFLINE_USERS.div_ceil(16) as u64;
+        let first = devices::to_many(
+            &server.addr,
+            (key, "first"),
+            &users,
+            (16, 64),
+            600.0,
+            per_sender,
+        )
+        .await;
+        eprintln!("[{name}] {key}: first messages to {OFFLINE_USERS} users, {first:.0} acked/s");
         let cpu = CpuMeter::start(pid);
-        let rate = devices::to_many(&server.addr, key, &users, 16, 64, secs).await;
+        let rate = devices::to_many(
+            &server.addr,
+            (key, "steady"),
+            &users,
+            (16, 64),
+            secs,
+            u64::MAX,
+        )
+        .await;
         let sent = (rate * secs) as u64;
         out.record(
             name,

@@ -189,14 +189,15 @@ pub async fn push_tokens(addr: &str, users: &[String], concurrency: usize, limit
 }
 
 /// `senders` connections sending texts by peer id to `recipients` in turn (each sender
-/// its own share), `window` in flight each, for `secs`: acked sends per second.
+/// its own share), `window` in flight each, for `secs` or until each sent `cap`: acked
+/// sends per second. `round` keeps the client message ids of one call apart from another's.
 pub async fn to_many(
     addr: &str,
-    tag: &str,
+    (tag, round): (&str, &str),
     recipients: &[String],
-    senders: usize,
-    window: u64,
+    (senders, window): (usize, u64),
     secs: f64,
+    cap: u64,
 ) -> f64 {
     let acked = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -210,17 +211,19 @@ pub async fn to_many(
             .step_by(senders)
             .cloned()
             .collect();
-        let (addr, acked) = (addr.to_string(), acked.clone());
+        let (addr, acked, round) = (addr.to_string(), acked.clone(), round.to_string());
         let sender = format!("{tag}s{i}");
         tasks.push(tokio::spawn(async move {
             let mut ws = connect(&addr, &sender, "d").await;
             let (mut sent, mut got) = (0u64, 0u64);
-            while Instant::now() < until && (got < sent || Instant::now() < deadline) {
-                while Instant::now() < deadline && sent - got < window && sent < 10_000_000 {
+            while Instant::now() < until
+                && (got < sent || (Instant::now() < deadline && sent < cap))
+            {
+                while Instant::now() < deadline && sent - got < window && sent < cap {
                     let peer = &share[sent as usize % share.len()];
                     let to = json!({"peerId": peer});
                     let text = json!({"text": "are you there?"});
-                    ws.feed(frame(&format!("m{i}-{sent}"), &to, 1, text))
+                    ws.feed(frame(&format!("{round}m{i}-{sent}"), &to, 1, text))
                         .await
                         .unwrap();
                     sent += 1;
@@ -241,10 +244,13 @@ pub async fn to_many(
             }
         }));
     }
-    tokio::time::sleep_until(deadline.into()).await;
+    let mut all = std::pin::pin!(futures_util::future::join_all(tasks));
+    let done = tokio::time::timeout_at(deadline.into(), &mut all)
+        .await
+        .is_ok();
     let rate = acked.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    for t in tasks {
-        let _ = tokio::time::timeout_at(until.into(), t).await;
+    if !done {
+        let _ = tokio::time::timeout_at(until.into(), all).await;
     }
     rate
 }

@@ -7,7 +7,7 @@
 
 mod webhook;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,7 @@ impl Bridge {
             in_flight: Arc::new(Semaphore::new(cfg.concurrency)),
             freed: Arc::new(Notify::new()),
             pending: HashMap::new(),
+            order: VecDeque::new(),
         };
         tokio::spawn(worker.run(rx));
         Some(Arc::new(Bridge { inbox: tx }))
@@ -91,7 +92,6 @@ impl Offline for Bridge {
 /// One user's notice while it waits: the newest message of each conversation of its burst
 /// and how many came there (at most `CONVERSATIONS` conversations, the oldest forgotten).
 struct Pending {
-    since: Instant,
     by_conversation: HashMap<i64, (Committed, u32)>,
 }
 
@@ -131,6 +131,8 @@ struct Worker {
     /// Told when a POST (with its retries) is over.
     freed: Arc<Notify>,
     pending: HashMap<String, Pending>,
+    /// The users of `pending` as their notices began, the longest waiting first.
+    order: VecDeque<(Instant, String)>,
 }
 
 /// A device a notice goes to.
@@ -169,7 +171,7 @@ impl Worker {
     /// is busy, notices wait (at most `queue` users) and the rest are dropped.
     async fn run(mut self, mut inbox: mpsc::Receiver<Vec<Committed>>) {
         loop {
-            let due = self.pending.values().map(|p| p.since + self.coalesce).min();
+            let due = self.order.front().map(|(since, _)| *since + self.coalesce);
             let free = self.in_flight.available_permits() > 0;
             tokio::select! {
                 batch = inbox.recv() => match batch {
@@ -193,11 +195,11 @@ impl Worker {
                     None if full => dropped += 1,
                     None => {
                         let mut p = Pending {
-                            since: Instant::now(),
                             by_conversation: HashMap::new(),
                         };
                         p.add(&c);
                         self.pending.insert(user.clone(), p);
+                        self.order.push_back((Instant::now(), user.clone()));
                     }
                 }
             }
@@ -212,18 +214,19 @@ impl Worker {
         let now = Instant::now();
         let room = self.in_flight.available_permits().min(ROUND);
         // The longest waiting first.
-        let mut due: Vec<(Instant, &String)> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.since + self.coalesce <= now)
-            .map(|(u, p)| (p.since, u))
-            .collect();
-        due.sort_unstable();
-        let due: Vec<String> = due.into_iter().take(room).map(|(_, u)| u.clone()).collect();
-        let notices: Vec<(String, Pending)> = due
-            .into_iter()
-            .filter_map(|u| self.pending.remove(&u).map(|p| (u, p)))
-            .collect();
+        let mut notices: Vec<(String, Pending)> = Vec::new();
+        while notices.len() < room {
+            match self.order.front() {
+                Some((since, _)) if *since + self.coalesce <= now => {}
+                _ => break,
+            }
+            let Some((_, user)) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(p) = self.pending.remove(&user) {
+                notices.push((user, p));
+            }
+        }
         if let Err(e) = self.prepare_and_send(notices).await {
             tracing::warn!("offline notices not sent: {e}");
         }
@@ -277,6 +280,12 @@ impl Worker {
             .recalled(&seqs)
             .await
             .map_err(|e| e.to_string())?;
+        let users: Vec<&str> = offline.iter().map(|(u, _)| u.as_str()).collect();
+        let badges = self
+            .store
+            .unread_totals(&users)
+            .await
+            .map_err(|e| e.to_string())?;
         for (user, p) in offline {
             let Some(devices) = targets.get(&user) else {
                 continue;
@@ -296,11 +305,7 @@ impl Worker {
             else {
                 continue;
             };
-            let badge = self
-                .store
-                .unread_total(&user)
-                .await
-                .map_err(|e| e.to_string())?;
+            let badge = badges.get(&user).copied().unwrap_or(0);
             let encrypted = self
                 .registry
                 .get(m.content_type)

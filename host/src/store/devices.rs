@@ -333,17 +333,6 @@ impl Store {
             .collect()
     }
 
-    /// The user's unread count over all their conversations (the badge of a notice): the
-    /// overview's, summed.
-    pub async fn unread_total(&self, user_id: &str) -> sqlx::Result<i64> {
-        Ok(self
-            .overview(user_id, None, None, 10_000)
-            .await?
-            .iter()
-            .map(|r| r.unread)
-            .sum())
-    }
-
     /// The push targets of `users` (their devices not removed that have a token), by user.
     pub async fn push_targets(
         &self,

@@ -1,11 +1,13 @@
 //! What a device reads to catch up: pulls by seq, the conversation overview, read
 //! positions. Every read is bounded by the reader's membership interval.
 
+use std::collections::HashMap;
+
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
-use super::Store;
-use super::batch::{Stored, pair, recalled_counting};
+use super::batch::{RECALLED_COUNTING, Stored, pair, recalled_counting};
+use super::{Dialect, Store, json};
 use crate::protocol::Refused;
 
 /// A member's view of one conversation: what seqs they may read.
@@ -23,8 +25,7 @@ pub struct Membership {
 
 impl Membership {
     pub fn visible_end(&self) -> i64 {
-        self.left_at_seq
-            .map_or(self.last_seq, |l| l.min(self.last_seq))
+        visible_end(self.last_seq, self.left_at_seq)
     }
 
     pub fn is_current(&self) -> bool {
@@ -352,7 +353,7 @@ impl Store {
             let hi: Option<String> = row.try_get(7)?;
             let left_at: Option<i64> = row.try_get(9)?;
             let end_acc: Option<i64> = row.try_get(10)?;
-            let visible_end = left_at.map_or(last_seq, |l| l.min(last_seq));
+            let visible_end = visible_end(last_seq, left_at);
             let peer_id = match (lo, hi) {
                 (Some(lo), Some(hi)) => Some(if lo == user_id { hi } else { lo }),
                 _ => None,
@@ -390,6 +391,73 @@ impl Store {
         Ok(out)
     }
 
+    /// The unread count over all conversations of each of `users` (distinct; the badge of
+    /// an offline notice): what each one's overview rows sum to, in two statements
+    /// whatever the number of users — their conversations, then the recalls to subtract
+    /// where something counts after a position.
+    pub async fn unread_totals(&self, users: &[&str]) -> sqlx::Result<HashMap<String, i64>> {
+        let mut totals: HashMap<String, i64> = users.iter().map(|u| (u.to_string(), 0)).collect();
+        if users.is_empty() {
+            return Ok(totals);
+        }
+        let each_user = match self.dialect() {
+            Dialect::Postgres => {
+                "jsonb_array_elements_text(CAST($1 AS jsonb)) e(v) JOIN members m ON m.user_id = e.v"
+            }
+            Dialect::Sqlite => "json_each($1) e JOIN members m ON m.user_id = e.value",
+        };
+        let sql = format!(
+            "SELECT m.user_id, c.last_seq, m.left_at_seq, COALESCE(rp.read_seq, 0), \
+             COALESCE(rp.read_acc, 0), lm.unread_acc, c.conversation_id FROM {each_user} \
+             JOIN conversations c ON c.conversation_id = m.conversation_id \
+             LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+             LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
+                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq"
+        );
+        // Per conversation with something counting after the position: the user, the
+        // counts, and the seqs whose recalls to subtract.
+        let mut open: Vec<(String, i64, i64)> = Vec::new();
+        let mut ranges: Vec<[i64; 3]> = Vec::new();
+        for r in sqlx::query(&sql)
+            .bind(json(users))
+            .fetch_all(self.read())
+            .await?
+        {
+            let user: String = r.try_get(0)?;
+            let end = visible_end(r.try_get(1)?, r.try_get(2)?);
+            let (read_seq, read_acc): (i64, i64) = (r.try_get(3)?, r.try_get(4)?);
+            let end_acc = r.try_get::<Option<i64>, _>(5)?.unwrap_or(0);
+            if end_acc > read_acc {
+                open.push((user, end_acc, read_acc));
+                ranges.push([r.try_get(6)?, read_seq, end]);
+            }
+        }
+        if open.is_empty() {
+            return Ok(totals);
+        }
+        let sql = match self.dialect() {
+            Dialect::Postgres => format!(
+                "SELECT (SELECT COUNT(*) FROM messages WHERE conversation_id = CAST(e.v->>0 AS BIGINT) \
+                 AND seq > CAST(e.v->>1 AS BIGINT) AND seq <= CAST(e.v->>2 AS BIGINT) \
+                 AND {RECALLED_COUNTING}) FROM jsonb_array_elements(CAST($1 AS jsonb)) \
+                 WITH ORDINALITY e(v, i) ORDER BY e.i"
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT (SELECT COUNT(*) FROM messages WHERE conversation_id = e.value->>0 \
+                 AND seq > e.value->>1 AND seq <= e.value->>2 AND {RECALLED_COUNTING}) \
+                 FROM json_each($1) e ORDER BY e.key"
+            ),
+        };
+        let recalled = sqlx::query(&sql)
+            .bind(json(&ranges))
+            .fetch_all(self.read())
+            .await?;
+        for ((user, end_acc, read_acc), r) in open.into_iter().zip(recalled) {
+            *totals.entry(user).or_default() += unread(end_acc, read_acc, r.try_get(0)?);
+        }
+        Ok(totals)
+    }
+
     /// Read positions of the other members (0 for one who never read).
     pub async fn read_positions(
         &self,
@@ -413,6 +481,11 @@ impl Store {
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
         .collect()
     }
+}
+
+/// The last seq a member sees of their latest interval: the head's, or where they left.
+pub fn visible_end(last_seq: i64, left_at_seq: Option<i64>) -> i64 {
+    left_at_seq.map_or(last_seq, |l| l.min(last_seq))
 }
 
 /// Unread, never counted up and down: the counting messages after the read position

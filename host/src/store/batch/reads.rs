@@ -2,6 +2,9 @@
 
 use sqlx::{AnyConnection, Row as _};
 
+/// The messages unread subtracts from the running counts: recalled ones that counted.
+pub const RECALLED_COUNTING: &str = "recalled_by <> 0 AND counts_unread = 1";
+
 /// Recalled messages that counted toward unread, in `(after, upto]`: what unread
 /// subtracts from the running counts.
 pub async fn recalled_counting(
@@ -10,10 +13,10 @@ pub async fn recalled_counting(
     after: i64,
     upto: i64,
 ) -> sqlx::Result<i64> {
-    sqlx::query(
+    sqlx::query(&format!(
         "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
-         AND seq <= $3 AND recalled_by <> 0 AND counts_unread = 1",
-    )
+         AND seq <= $3 AND {RECALLED_COUNTING}"
+    ))
     .bind(conversation_id)
     .bind(after)
     .bind(upto)

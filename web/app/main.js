@@ -404,6 +404,8 @@ function renderConversations() {
   const entries = [...state.conversations.values()].sort((a, b) => b.lastTime - a.lastTime);
   $("#no-conversations").hidden = entries.length > 0;
   const current = chat?.current?.conversationId;
+  // Re-rendering must not take the keyboard focus away from the list.
+  const focused = document.activeElement?.closest?.("#conversations li")?.dataset.conversationId;
   fill(
     $("#conversations"),
     entries.map((entry) => {
@@ -442,6 +444,7 @@ function renderConversations() {
       );
     }),
   );
+  if (focused) $(`#conversations li[data-conversation-id="${focused}"] button`)?.focus();
 }
 
 // ---- start

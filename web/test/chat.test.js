@@ -18,6 +18,7 @@ import {
   signIn,
   startServer,
   texts,
+  until,
   waitOnline,
 } from "./support.js";
 
@@ -91,7 +92,11 @@ test("two people chat both ways, with typing, receipts and a recall; one comes b
   const back = conversationItem(bob.page, "alice");
   await back.locator(".badge.unread", { hasText: "3" }).waitFor();
   await back.locator(".preview", { hasText: "Away message three" }).waitFor();
-  await openConversation(bob.page, "alice");
+  // From the keyboard: the conversation's button, Enter; the message box takes the focus.
+  await back.getByRole("button").focus();
+  await bob.page.keyboard.press("Enter");
+  await bob.page.locator("#chat-title", { hasText: "alice" }).waitFor();
+  await until(bob.page, () => document.activeElement?.id === "composer-text");
   await bob.page.locator("#message-list .bubble", { hasText: "Away message three" }).waitFor();
   const seen = await texts(bob.page);
   assert.deepEqual(seen, [

@@ -288,12 +288,12 @@ fn the_vendored_sdk_is_what_tsc_makes_of_its_sources() {
     }
 }
 
-/// The system Chromium: `CHROMIUM_PATH`, else Debian's.
-fn chromium() -> Option<PathBuf> {
+/// The system Chromium: `CHROMIUM_PATH`, else Debian's; `Err` names the path looked at.
+fn chromium() -> Result<PathBuf, PathBuf> {
     let path = std::env::var_os("CHROMIUM_PATH")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
-    path.is_file().then_some(path)
+    if path.is_file() { Ok(path) } else { Err(path) }
 }
 
 #[test]
@@ -303,11 +303,15 @@ fn the_web_client_passes_its_browser_tests() {
         eprintln!("SKIPPED: node or npm is not on PATH; CI installs them");
         return;
     }
-    let Some(chromium) = chromium() else {
-        eprintln!(
-            "SKIPPED: no Chromium at /usr/bin/chromium (apt-get install chromium, or set CHROMIUM_PATH); CI installs it"
-        );
-        return;
+    let chromium = match chromium() {
+        Ok(path) => path,
+        Err(path) => {
+            eprintln!(
+                "SKIPPED: no Chromium at {} (apt-get install chromium, or set CHROMIUM_PATH); CI installs it",
+                path.display()
+            );
+            return;
+        }
     };
     if !dir.join("node_modules/playwright-core").is_dir() {
         eprintln!("SKIPPED: web/test/node_modules is missing (npm ci in web/test); CI installs it");
@@ -320,6 +324,8 @@ fn the_web_client_passes_its_browser_tests() {
     build(&kind_dir);
     let wasm = kind_dir.join("build/note.wasm");
     println!("nested builds in {}", kind_target().display());
+    // A plugin that traps, for the operator page's circuit breaker.
+    let trap = common::fixture("trap");
 
     let artifacts = std::env::var_os("COURIER_ARTIFACTS_DIR")
         .map(PathBuf::from)
@@ -330,6 +336,7 @@ fn the_web_client_passes_its_browser_tests() {
         .env("COURIER_BIN", env!("CARGO_BIN_EXE_courier"))
         .env("CHROMIUM_PATH", &chromium)
         .env("COURIER_TEST_KIND_WASM", &wasm)
+        .env("COURIER_TEST_TRAP_WASM", &trap)
         .env("COURIER_ARTIFACTS_DIR", &artifacts)
         .output()
         .expect("run npm test in web/test");

@@ -20,8 +20,14 @@ import {
 let server;
 let browser;
 
+// A plugin that traps (tests/fixtures/plugins/trap, built by tests/web_client.rs), so the
+// page can show a tripped circuit breaker.
+const trap = process.env.COURIER_TEST_TRAP_WASM;
+
 before(async () => {
-  server = await startServer();
+  server = await startServer(
+    trap ? { runtime: "breaker_failures = 3", extra: `[plugins.trap]\npath = "${trap}"\n` } : {},
+  );
   browser = await launchBrowser();
 });
 
@@ -92,4 +98,40 @@ test("an operator disables a kind, the client shows the refusal; reloads are rep
 
   await op.context.close();
   await alice.context.close();
+});
+
+test("a plugin that keeps trapping shows its tripped breaker and reason; Enable resets it", async (t) => {
+  if (!trap) {
+    t.skip("COURIER_TEST_TRAP_WASM is not set (tests/web_client.rs builds the trap fixture)");
+    return;
+  }
+  const token = await server.register("carol");
+  await server.register("dave");
+  for (let i = 0; i < 3; i++) {
+    await server
+      .api(token, "POST", "/v1/messages", {
+        conversationType: 1,
+        peerId: "dave",
+        contentType: 9003,
+        payload: { text: "boom" },
+        clientMsgId: `trap-${i}`,
+      })
+      .then(
+        () => assert.fail("a trapping plugin accepted a message"),
+        (err) => assert.match(String(err), /plugin_failed/),
+      );
+  }
+  const op = await newPerson(browser, server, { width: 1280, height: 800 });
+  await op.page.goto("/operator");
+  await op.page.getByLabel(/Admin token/).fill(ADMIN_TOKEN);
+  await op.page.getByRole("button", { name: "Show plugins" }).click();
+  const row = op.page.locator('tr[data-plugin="trap"]');
+  await row.locator('[data-cell="state"]', { hasText: "disabled" }).waitFor();
+  await row.locator('[data-cell="breaker"]', { hasText: /^tripped: 3 failures within 60 s, the last: trapped/ }).waitFor();
+  await row.locator('[data-cell="failed"]', { hasText: /^3$/ }).waitFor();
+  await screenshot(op.page, "operator-breaker", { fullPage: true });
+  await op.page.getByRole("button", { name: "Enable trap" }).click();
+  await row.locator('[data-cell="state"]', { hasText: "enabled" }).waitFor();
+  await row.locator('[data-cell="breaker"]', { hasText: /^closed$/ }).waitFor();
+  await op.context.close();
 });

@@ -138,6 +138,7 @@ function wire(client) {
   });
   client.on("message", (m) => {
     chat.message(m);
+    announce(m);
     if (m.contentType === 8 || m.contentType === 9) loadGroup(m.conversationId);
   });
   client.on("recall", (r) => chat.recall(r));
@@ -184,6 +185,21 @@ function onState(s) {
       }
       break;
   }
+}
+
+/**
+ * Tells screen readers of a new message in a conversation that is not on screen (the open
+ * chat is a live region of its own). Only live ones: not what a catch-up brings.
+ */
+function announce(m) {
+  if (m.senderId === state.me || state.client.state.state !== "online") return;
+  if (m.conversationId === chat.current?.conversationId) return;
+  // Kinds that count toward unread are messages; recalls and tips are not news.
+  if (state.plugins.get(m.contentType)?.countsUnread === false) return;
+  const entry = state.conversations.get(m.conversationId);
+  const where = entry && entry.conversationType !== 1 ? ` in ${title(entry)}` : "";
+  const text = m.contentType === 1 && m.payload ? `: ${m.payload.text}` : "";
+  $("#announce").textContent = `New message from ${m.senderId}${where}${text}`;
 }
 
 /** A message above the layout (empty: hidden), with an optional action button. */
@@ -402,6 +418,8 @@ function scheduleRender() {
 
 function renderConversations() {
   const entries = [...state.conversations.values()].sort((a, b) => b.lastTime - a.lastTime);
+  const unread = entries.reduce((sum, e) => sum + (e.unread > 0 ? e.unread : 0), 0);
+  document.title = unread > 0 ? `(${unread}) Courier` : "Courier";
   $("#no-conversations").hidden = entries.length > 0;
   const current = chat?.current?.conversationId;
   // Re-rendering must not take the keyboard focus away from the list.

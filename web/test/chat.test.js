@@ -50,6 +50,9 @@ test("two people chat both ways, with typing, receipts and a recall; one comes b
   const fromAlice = conversationItem(bob.page, "alice");
   await fromAlice.locator(".preview", { hasText: "Hi Bob, lunch today?" }).waitFor();
   await fromAlice.locator(".badge.unread", { hasText: "1" }).waitFor();
+  // Told to screen readers, and counted in the tab's title.
+  await bob.page.locator("#announce", { hasText: "New message from alice: Hi Bob, lunch today?" }).waitFor();
+  await until(bob.page, () => document.title === "(1) Courier");
   // Bob's browser received it: Alice sees "Delivered" before Bob opens the chat.
   const first = sentMessage(alice.page, "Hi Bob, lunch today?");
   await first.locator(".status", { hasText: "Delivered" }).waitFor();
@@ -80,8 +83,9 @@ test("two people chat both ways, with typing, receipts and a recall; one comes b
   await send(alice.page, "See you there!");
   await screenshot(alice.page, "chat");
 
-  // Bob goes away (his page is closed); three messages arrive meanwhile.
+  // Bob goes away (his page is closed) once he read everything; three messages arrive meanwhile.
   await bob.page.locator("#message-list .bubble", { hasText: "See you there!" }).waitFor();
+  await sentMessage(alice.page, "See you there!").locator(".status", { hasText: "Read" }).waitFor();
   await bob.page.close();
   for (const text of ["Away message one", "Away message two", "Away message three"]) await send(alice.page, text);
 

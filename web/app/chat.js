@@ -493,7 +493,22 @@ export class ChatView {
     const top = maxKey(this.cache.get(id));
     const entry = this.state.conversations.get(id);
     if (top <= 0 || (entry && entry.readSeq >= top && entry.unread === 0)) return;
-    this.client.markRead(id, top).catch((err) => console.warn("read", err));
+    // One read in flight at a time; a burst of messages ends in one more for the last.
+    if (this.reading) {
+      this.readAgain = true;
+      return;
+    }
+    this.reading = true;
+    this.client
+      .markRead(id, top)
+      .catch((err) => console.warn("read", err))
+      .finally(() => {
+        this.reading = false;
+        if (this.readAgain) {
+          this.readAgain = false;
+          this.markRead();
+        }
+      });
   }
 
   /** One `received` per conversation and burst: the highest seq that came. */

@@ -64,14 +64,17 @@ impl Bridge {
         };
         let (tx, rx) = mpsc::channel(INBOX);
         let worker = Worker {
-            store: store.clone(),
-            registry: registry.clone(),
-            delivery,
-            webhook,
+            sender: Arc::new(Sender {
+                store: store.clone(),
+                registry: registry.clone(),
+                delivery,
+                webhook,
+                in_flight: Arc::new(Semaphore::new(cfg.concurrency)),
+            }),
             coalesce: Duration::from_millis(cfg.coalesce_ms),
             queue: cfg.queue,
-            in_flight: Arc::new(Semaphore::new(cfg.concurrency)),
-            freed: Arc::new(Notify::new()),
+            round_over: Arc::new(Notify::new()),
+            sending: false,
             pending: HashMap::new(),
             order: VecDeque::new(),
         };
@@ -120,19 +123,27 @@ impl Pending {
     }
 }
 
+/// What sorts the notices: the users waiting, and whether a round of them is being sent.
 struct Worker {
+    sender: Arc<Sender>,
+    coalesce: Duration,
+    queue: usize,
+    /// Told when the round being sent has handed all its notices to POSTs.
+    round_over: Arc<Notify>,
+    sending: bool,
+    pending: HashMap<String, Pending>,
+    /// The users of `pending` as their notices began, the longest waiting first.
+    order: VecDeque<(Instant, String)>,
+}
+
+/// What sends a round of notices: reads what they tell, then POSTs them, at most
+/// `in_flight` at once (each with its retries).
+struct Sender {
     store: Store,
     registry: Arc<PluginRegistry>,
     delivery: Arc<dyn Delivery>,
     webhook: Arc<Webhook>,
-    coalesce: Duration,
-    queue: usize,
     in_flight: Arc<Semaphore>,
-    /// Told when a POST (with its retries) is over.
-    freed: Arc<Notify>,
-    pending: HashMap<String, Pending>,
-    /// The users of `pending` as their notices began, the longest waiting first.
-    order: VecDeque<(Instant, String)>,
 }
 
 /// A device a notice goes to.
@@ -167,19 +178,19 @@ struct Notice<'a> {
 
 impl Worker {
     /// Sorts what the committers hand over into the notices waiting, and sends those whose
-    /// burst is over while a POST is free. It never waits for the webhook: while every POST
-    /// is busy, notices wait (at most `queue` users) and the rest are dropped.
+    /// burst is over, a round at a time in a task of its own. It never waits for the
+    /// database or the webhook: while a round is being sent, notices wait (at most `queue`
+    /// users) and the rest are dropped.
     async fn run(mut self, mut inbox: mpsc::Receiver<Vec<Committed>>) {
         loop {
             let due = self.order.front().map(|(since, _)| *since + self.coalesce);
-            let free = self.in_flight.available_permits() > 0;
             tokio::select! {
                 batch = inbox.recv() => match batch {
                     Some(batch) => self.take(batch),
                     None => return,
                 },
-                () = sleep_until(due), if free => self.dispatch().await,
-                () = self.freed.notified(), if !free => {}
+                () = sleep_until(due), if !self.sending => self.dispatch(),
+                () = self.round_over.notified(), if self.sending => self.sending = false,
             }
         }
     }
@@ -209,13 +220,12 @@ impl Worker {
         }
     }
 
-    /// Sends the notices whose burst is over (a round of them at a time).
-    async fn dispatch(&mut self) {
+    /// Starts sending the notices whose burst is over (a round of them, the longest
+    /// waiting first).
+    fn dispatch(&mut self) {
         let now = Instant::now();
-        let room = self.in_flight.available_permits().min(ROUND);
-        // The longest waiting first.
         let mut notices: Vec<(String, Pending)> = Vec::new();
-        while notices.len() < room {
+        while notices.len() < ROUND {
             match self.order.front() {
                 Some((since, _)) if *since + self.coalesce <= now => {}
                 _ => break,
@@ -227,11 +237,22 @@ impl Worker {
                 notices.push((user, p));
             }
         }
-        if let Err(e) = self.prepare_and_send(notices).await {
-            tracing::warn!("offline notices not sent: {e}");
+        if notices.is_empty() {
+            return;
         }
+        self.sending = true;
+        let (sender, over) = (self.sender.clone(), self.round_over.clone());
+        tokio::spawn(async move {
+            if let Err(e) = sender.prepare_and_send(notices).await {
+                tracing::warn!("offline notices not sent: {e}");
+            }
+            over.notify_one();
+        });
     }
+}
 
+impl Sender {
+    /// Reads what a round's notices tell and hands each to a POST, waiting for a free one.
     async fn prepare_and_send(&self, notices: Vec<(String, Pending)>) -> Result<(), String> {
         if notices.is_empty() {
             return Ok(());
@@ -327,18 +348,17 @@ impl Worker {
                 server_time: m.server_time,
             })
             .map_err(|e| e.to_string())?;
-            // At most `concurrency` POSTs (with their retries) at once; a round takes no
-            // more users than there are free.
-            let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            // At most `concurrency` POSTs (with their retries) at once; the round waits
+            // for a free one (the semaphore is never closed).
+            let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
                 telemetry::push(PushOutcome::Dropped, 1);
                 continue;
             };
-            let (webhook, freed) = (self.webhook.clone(), self.freed.clone());
+            let webhook = self.webhook.clone();
             tokio::spawn(async move {
                 let outcome = deliver(&webhook, &body, &notice_id).await;
                 telemetry::push(outcome, 1);
                 drop(permit);
-                freed.notify_one();
             });
         }
         Ok(())

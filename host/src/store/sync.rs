@@ -400,20 +400,23 @@ impl Store {
         if users.is_empty() {
             return Ok(totals);
         }
-        let each_user = match self.dialect() {
-            Dialect::Postgres => {
-                "jsonb_array_elements_text(CAST($1 AS jsonb)) e(v) JOIN members m ON m.user_id = e.v"
-            }
-            Dialect::Sqlite => "json_each($1) e JOIN members m ON m.user_id = e.value",
-        };
-        let sql = format!(
-            "SELECT m.user_id, c.last_seq, m.left_at_seq, COALESCE(rp.read_seq, 0), \
-             COALESCE(rp.read_acc, 0), lm.unread_acc, c.conversation_id FROM {each_user} \
-             JOIN conversations c ON c.conversation_id = m.conversation_id \
+        // On PostgreSQL each user is an index probe of its own (see `lookup`): a join
+        // with the array was planned as a scan of every member row.
+        let columns = "m.user_id, c.last_seq, m.left_at_seq, COALESCE(rp.read_seq, 0), \
+             COALESCE(rp.read_acc, 0), lm.unread_acc, c.conversation_id";
+        let joins = "JOIN conversations c ON c.conversation_id = m.conversation_id \
              LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
              LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
-                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq"
-        );
+                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq";
+        let sql = match self.dialect() {
+            Dialect::Postgres => format!(
+                "SELECT x.* FROM jsonb_array_elements_text(CAST($1 AS jsonb)) e(v) CROSS JOIN LATERAL \
+                 (SELECT {columns} FROM members m {joins} WHERE m.user_id = e.v OFFSET 0) x"
+            ),
+            Dialect::Sqlite => format!(
+                "SELECT {columns} FROM json_each($1) e JOIN members m ON m.user_id = e.value {joins}"
+            ),
+        };
         // Per conversation with something counting after the position: the user, the
         // counts, and the seqs whose recalls to subtract.
         let mut open: Vec<(String, i64, i64)> = Vec::new();

@@ -130,6 +130,12 @@ async fn the_client_and_its_files_are_served_with_their_types_and_headers() {
             Some("nosniff"),
             "GET {url}"
         );
+        assert_eq!(a.header("x-frame-options"), Some("DENY"), "GET {url}");
+        assert_eq!(
+            a.header("referrer-policy"),
+            Some("no-referrer"),
+            "GET {url}"
+        );
         let on_disk = std::fs::read_to_string(repo_root().join("web").join(file)).unwrap();
         assert_eq!(a.body, on_disk, "GET {url} is not web/{file}");
         // A revalidation with the ETag is answered 304, without the body.
@@ -137,6 +143,13 @@ async fn the_client_and_its_files_are_served_with_their_types_and_headers() {
         let again = request(&addr, "GET", url, &[("If-None-Match", &etag)], "").await;
         assert_eq!(again.status, 304, "GET {url} with its ETag");
         assert_eq!(again.body, "");
+        // A weak tag, and a list that holds it, match too; another tag does not.
+        for tags in [format!("W/{etag}"), format!("\"0000\", {etag}")] {
+            let weak = request(&addr, "GET", url, &[("If-None-Match", &tags)], "").await;
+            assert_eq!(weak.status, 304, "GET {url} with If-None-Match: {tags}");
+        }
+        let other = request(&addr, "GET", url, &[("If-None-Match", "\"0000\"")], "").await;
+        assert_eq!(other.status, 200, "GET {url} with another tag");
     }
     for (url, ty) in [
         ("/", "text/html; charset=utf-8"),

@@ -10,6 +10,12 @@ import { KIND, callLine, isBundled, isTip, renderBody } from "./kinds.js";
 const PAGE = 50;
 /** Messages kept per conversation that is not on screen. */
 const KEEP = 300;
+/** Messages on screen at most while the reader is at the bottom (scrolling up brings back the rest). */
+const SHOWN = 500;
+/** Conversations whose messages this page keeps (the least recently opened go first). */
+const CHATS = 20;
+/** Waits before asking again for previews that failed; then they show as unavailable. */
+const PREVIEW_RETRIES_MS = [1000, 2000, 4000];
 const TYPING_SHOWN_MS = 6000;
 const TYPING_EVERY_MS = 3000;
 const GROUP_RECEIPTS_EVERY_MS = 10000;
@@ -88,6 +94,8 @@ export class ChatView {
   open(target) {
     this.current = { ...target };
     const generation = ++this.generation;
+    this.setBusy(true);
+    this.touch(this.current.conversationId);
     this.items.clear();
     this.peer = { readSeq: 0, deliveredSeq: 0 };
     this.groupReceipts.clear();
@@ -109,6 +117,7 @@ export class ChatView {
       void this.loadLatest(generation);
     } else {
       this.historyState(`No messages yet. Say hello to ${this.current.peerId}.`);
+      this.setBusy(false);
     }
     $("#composer-text").focus();
   }
@@ -116,6 +125,7 @@ export class ChatView {
   close() {
     this.current = null;
     this.generation++;
+    this.setBusy(false);
     $("#chat-view").hidden = true;
     $("#chat-empty").hidden = false;
     document.body.classList.remove("in-chat");
@@ -146,6 +156,7 @@ export class ChatView {
     for (const p of this.pending.values()) if (p.key === oldKey) p.key = this.key();
     this.refreshHeader();
     this.onOpen();
+    this.setBusy(true);
     this.showLatest();
     void this.loadLatest(this.generation);
   }
@@ -158,7 +169,9 @@ export class ChatView {
     const name = entry ? this.title(entry) : c.conversationType === 1 ? c.peerId : (group?.name ?? "Group");
     $("#chat-title").textContent = name;
     const isGroup = c.conversationType !== 1;
-    const member = entry ? entry.member : group ? group.memberState === "member" : true;
+    // Our membership as the user stream last said (joined, left, kicked, dissolved), else
+    // the overview's.
+    const member = group?.memberState ? group.memberState === "member" : entry ? entry.member !== false : true;
     let sub;
     if (!isGroup) sub = this.state.friends.has(c.peerId ?? entry?.peerId) ? "Friend" : "Private chat";
     else if (!member) sub = group?.state === "dissolved" ? "This group was dissolved" : "You are no longer a member";
@@ -177,6 +190,7 @@ export class ChatView {
     const cached = this.cache.get(id);
     const top = Math.max(entry?.lastSeq ?? 0, maxKey(cached), this.client.seq(id) ?? 0);
     this.historyState("Loading…");
+    this.setBusy(true);
     try {
       const page = await this.page(id, { beforeSeq: top + 1, limit: PAGE });
       if (generation !== this.generation) return;
@@ -189,7 +203,11 @@ export class ChatView {
       this.markRead();
       this.refreshReceipts();
     } catch (err) {
-      if (generation === this.generation) this.historyState(`Could not load the history: ${describe(err)}`);
+      if (generation !== this.generation) return;
+      this.alert(`Could not load the history: ${describe(err)}`);
+      fill($("#history-state"), h("button", { class: "link", onclick: () => this.loadLatest(this.generation) }, "Try again"));
+    } finally {
+      if (generation === this.generation) this.setBusy(false);
     }
   }
 
@@ -210,16 +228,18 @@ export class ChatView {
     if (cached.length > 0) {
       const shown = cached.slice(-PAGE);
       const fromBottom = box.scrollHeight - box.scrollTop;
+      this.setBusy(true);
       this.floor = shown[0];
       this.hasOlder = cached.length > PAGE || this.floor > 1;
       this.showAll();
       box.scrollTop = box.scrollHeight - fromBottom;
       this.historyState();
+      this.setBusy(false);
       return;
     }
     this.loadingOlder = true;
     this.historyState("Loading older messages…");
-    box.setAttribute("aria-busy", "true");
+    this.setBusy(true);
     try {
       const page = await this.page(id, { beforeSeq: floor, limit: PAGE });
       if (generation !== this.generation) return;
@@ -232,10 +252,13 @@ export class ChatView {
       this.historyState();
       this.refreshReceipts();
     } catch (err) {
-      if (generation === this.generation) this.historyState(`Could not load older messages: ${describe(err)}`);
+      if (generation === this.generation) {
+        this.alert(`Could not load older messages: ${describe(err)}`);
+        this.historyState();
+      }
     } finally {
       this.loadingOlder = false;
-      box.removeAttribute("aria-busy");
+      if (generation === this.generation) this.setBusy(false);
     }
   }
 
@@ -244,6 +267,23 @@ export class ChatView {
     return this.client.api.request("GET", `/v1/conversations/${conversationId}/messages`, {
       query: { ...query, previews: true },
     });
+  }
+
+  /**
+   * `aria-busy` on the message log while many messages go in at once (opening a chat, a
+   * page of older ones), so screen readers do not read them all out. It is cleared after
+   * the next frame, once the accessibility tree has seen the whole batch.
+   */
+  setBusy(on) {
+    const box = $("#messages");
+    const token = (this.busyToken = (this.busyToken ?? 0) + 1);
+    if (on) box.setAttribute("aria-busy", "true");
+    else requestAnimationFrame(() => this.busyToken === token && box.setAttribute("aria-busy", "false"));
+  }
+
+  /** A problem the reader must hear of: the chat's alert line. */
+  alert(text) {
+    $("#send-error").textContent = text;
   }
 
   historyState(text) {
@@ -259,7 +299,10 @@ export class ChatView {
   onScroll() {
     const box = $("#messages");
     if (this.ready && box.scrollTop < 80) void this.loadOlder();
-    if (this.atBottom()) this.markRead();
+    if (this.atBottom()) {
+      this.markRead();
+      this.bound();
+    }
   }
 
   atBottom() {
@@ -274,9 +317,43 @@ export class ChatView {
 
   // ---- the cache and the list on screen
 
+  /** Makes a conversation's cache the most recently opened. */
+  touch(conversationId) {
+    const map = this.cache.get(conversationId);
+    if (!map) return;
+    this.cache.delete(conversationId);
+    this.cache.set(conversationId, map);
+  }
+
+  /**
+   * Keeps the open chat at SHOWN messages while the reader is at the bottom: the oldest
+   * leave the list, the items and the cache (scrolling up or *Load older messages* pulls
+   * them again).
+   */
+  bound() {
+    const id = this.current?.conversationId;
+    if (!id || this.items.size <= SHOWN || !this.atBottom()) return;
+    const seqs = [...this.items.keys()].sort((a, b) => a - b);
+    const drop = seqs.length - SHOWN;
+    for (const seq of seqs.slice(0, drop)) {
+      this.items.get(seq).remove();
+      this.items.delete(seq);
+      this.groupReceipts.delete(seq);
+    }
+    this.floor = seqs[drop];
+    const map = this.cache.get(id);
+    for (const seq of [...(map?.keys() ?? [])]) if (seq < this.floor) map.delete(seq);
+    this.hasOlder = true;
+    this.historyState();
+    this.scrollToBottom();
+  }
+
   merge(conversationId, messages, older = false) {
     let map = this.cache.get(conversationId);
-    if (!map) this.cache.set(conversationId, (map = new Map()));
+    if (!map) {
+      this.cache.set(conversationId, (map = new Map()));
+      this.evict();
+    }
     for (const m of messages) {
       const known = map.get(m.seq);
       // A pulled copy is the stored (normalized) form; keep a preview already fetched.
@@ -284,6 +361,14 @@ export class ChatView {
       if (!known || !same(known, next)) map.set(m.seq, next);
     }
     if (!older && conversationId !== this.current?.conversationId) trim(map);
+  }
+
+  /** Forgets the least recently opened conversations beyond CHATS (never the one on screen). */
+  evict() {
+    for (const id of this.cache.keys()) {
+      if (this.cache.size <= CHATS) break;
+      if (id !== this.current?.conversationId) this.cache.delete(id);
+    }
   }
 
   /** Shows the newest PAGE cached messages (and keeps what is on screen already). */
@@ -306,11 +391,16 @@ export class ChatView {
   /** Adds or replaces a message's `<li>`, in seq order. */
   show(m) {
     const list = $("#message-list");
-    const el = this.item(m);
+    let el = this.item(m);
     el.message = m;
     const known = this.items.get(m.seq);
     if (known) {
-      known.replaceWith(el);
+      // The same <li>, its attributes and content replaced: a change, not a new message.
+      for (const name of known.getAttributeNames()) if (!el.hasAttribute(name)) known.removeAttribute(name);
+      for (const name of el.getAttributeNames()) known.setAttribute(name, el.getAttribute(name));
+      known.replaceChildren(...el.childNodes);
+      known.message = m;
+      el = known;
     } else {
       let next = null;
       for (const [seq, li] of this.items) if (seq > m.seq && (!next || seq < Number(next.dataset.seq))) next = li;
@@ -327,14 +417,16 @@ export class ChatView {
       this.pending.get(waiting)?.el.remove();
       this.pending.delete(waiting);
     }
-    if (!isBundled(m.contentType) && m.preview === undefined && m.payload !== null) this.wantPreview(m);
+    if (!isBundled(m.contentType) && m.preview === undefined && !m.previewFailed && m.payload !== null) {
+      this.wantPreview(m);
+    }
   }
 
   item(m) {
     const mine = m.senderId === this.me;
     const group = m.conversationType !== 1;
     const kindName = this.state.plugins.get(m.contentType)?.name;
-    const body = renderBody(m, { me: this.me, preview: m.preview, kindName });
+    const body = renderBody(m, { me: this.me, preview: m.preview, previewFailed: m.previewFailed, kindName });
     if (isTip(m)) {
       return h("li", { class: "tip", dataset: { seq: String(m.seq) } }, body, " ", h("time", { class: "muted small" }, time(m.serverTime)));
     }
@@ -410,7 +502,10 @@ export class ChatView {
     if (this.hasOlder === false) this.historyState();
     const typers = this.typingUsers.get(m.conversationId);
     if (typers?.delete(m.senderId)) this.renderTyping();
-    if (stick) this.scrollToBottom();
+    if (stick) {
+      this.scrollToBottom();
+      this.bound();
+    }
     this.markRead();
     if (m.conversationType !== 1) this.refreshReceiptsSoon();
   }
@@ -583,7 +678,7 @@ export class ChatView {
     }, 50);
   }
 
-  async fetchPreviews(conversationId, seqs) {
+  async fetchPreviews(conversationId, seqs, attempt = 0) {
     const low = Math.min(...seqs);
     const high = Math.max(...seqs);
     try {
@@ -598,6 +693,20 @@ export class ChatView {
       }
     } catch (err) {
       console.warn("previews", err);
+      const wait = PREVIEW_RETRIES_MS[attempt];
+      if (wait !== undefined) {
+        setTimeout(() => void this.fetchPreviews(conversationId, seqs, attempt + 1), wait);
+        return;
+      }
+      // Given up: say so rather than wait forever (a later re-render does not ask again).
+      const map = this.cache.get(conversationId);
+      for (const seq of seqs) {
+        const known = map?.get(seq);
+        if (!known || known.preview !== undefined) continue;
+        const failed = { ...known, previewFailed: true };
+        map.set(seq, failed);
+        if (this.current?.conversationId === conversationId && this.items.has(seq)) this.show(failed);
+      }
     }
   }
 
@@ -715,6 +824,7 @@ export class ChatView {
 function same(a, b) {
   return (
     a.preview === b.preview &&
+    a.previewFailed === b.previewFailed &&
     a.recalledBy === b.recalledBy &&
     a.senderId === b.senderId &&
     JSON.stringify(a.payload) === JSON.stringify(b.payload)

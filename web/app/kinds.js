@@ -100,11 +100,22 @@ export function callLine(frame, me) {
   }
 }
 
+/** Image URLs the reader chose to load (a re-render keeps them shown). */
+const shownImages = new Set();
+
+function hostOf(url) {
+  try {
+    return new URL(url).host || "another site";
+  } catch {
+    return "another site";
+  }
+}
+
 /**
  * The body of a message: a node. `preview` is the server's preview for kinds this client
- * has no view of (undefined while it is being fetched).
+ * has no view of (undefined while it is being fetched; `previewFailed` once it could not be).
  */
-export function renderBody(message, { me, preview, kindName }) {
+export function renderBody(message, { me, preview, previewFailed, kindName }) {
   const p = message.payload;
   if (p === null || message.recalledBy) return h("span", { class: "recalled" }, "This message was recalled");
   switch (message.contentType) {
@@ -112,9 +123,7 @@ export function renderBody(message, { me, preview, kindName }) {
       return h("span", { class: "text" }, p.text);
     case KIND.image: {
       const src = p.thumbnail?.url ?? p.url;
-      return h(
-        "figure",
-        { class: "image" },
+      const img = () =>
         h(
           "a",
           { href: p.url, target: "_blank", rel: "noopener noreferrer" },
@@ -123,9 +132,30 @@ export function renderBody(message, { me, preview, kindName }) {
             alt: p.caption || "image",
             width: p.thumbnail?.width ?? Math.min(p.width, 240),
             height: p.thumbnail?.height ?? Math.round((Math.min(p.width, 240) / p.width) * p.height),
-            loading: "lazy",
           }),
-        ),
+        );
+      // Another host learns the reader's address when its image loads: only on request.
+      const host = hostOf(src);
+      const show = h(
+        "button",
+        {
+          type: "button",
+          class: "secondary show-image",
+          "aria-label": `Show image from ${host}`,
+          onclick: () => {
+            shownImages.add(src);
+            const link = img();
+            show.replaceWith(link);
+            link.focus();
+          },
+        },
+        "Show image",
+        h("span", { class: "muted small" }, ` (${host})`),
+      );
+      return h(
+        "figure",
+        { class: "image" },
+        shownImages.has(src) ? img() : show,
         p.caption ? h("figcaption", {}, p.caption) : null,
       );
     }
@@ -153,7 +183,11 @@ export function renderBody(message, { me, preview, kindName }) {
         { class: "other-kind", dataset: { kind: String(message.contentType) } },
         h("span", { class: "kind-label" }, kindName ?? `kind ${message.contentType}`),
         " ",
-        preview === undefined ? h("span", { class: "loading" }, "…") : preview,
+        preview !== undefined
+          ? preview
+          : previewFailed
+            ? h("span", { class: "muted" }, "preview unavailable")
+            : h("span", { class: "loading" }, "…"),
       );
   }
 }

@@ -244,9 +244,21 @@ function onUserEvent(e) {
     case "group.left":
     case "group.kicked":
     case "group.dissolved":
-    case "group.role":
+    case "group.role": {
+      // GET /v1/groups/{id} does not say whether we are a member: the stream does.
+      const known = state.groups.get(d.conversationId) ?? { conversationId: d.conversationId };
+      const next = { ...known, conversationType: d.conversationType ?? known.conversationType };
+      if (e.event === "group.joined") next.memberState = "member";
+      if (e.event === "group.left") next.memberState = "left";
+      if (e.event === "group.kicked") next.memberState = "kicked";
+      if (e.event === "group.dissolved") Object.assign(next, { memberState: "dissolved", state: "dissolved" });
+      if (d.role && (e.event === "group.joined" || e.event === "group.role")) next.role = d.role;
+      state.groups.set(d.conversationId, next);
+      scheduleRender();
+      chat.refreshHeader();
       loadGroup(d.conversationId);
       break;
+    }
   }
   renderFriends();
 }
@@ -332,6 +344,7 @@ function renderFriends() {
 
 async function decide(request, action) {
   const status = $("#friend-status");
+  $("#friend-error").textContent = "";
   try {
     await state.client.api.request("POST", `/v1/friends/requests/${request.requestId}/${action}`);
     (action === "cancel" ? state.requestsOut : state.requestsIn).delete(request.requestId);
@@ -344,7 +357,8 @@ async function decide(request, action) {
           : `Cancelled the request to ${request.toUserId}`;
     renderFriends();
   } catch (err) {
-    status.textContent = describe(err);
+    status.textContent = "";
+    $("#friend-error").textContent = describe(err);
   }
 }
 
@@ -354,6 +368,7 @@ async function onFriendRequest(event) {
   const message = $("#friend-message").value.trim();
   const status = $("#friend-status");
   if (!userId) return;
+  $("#friend-error").textContent = "";
   try {
     const answer = await state.client.api.request("POST", "/v1/friends/requests", {
       body: message ? { userId, message } : { userId },
@@ -363,7 +378,8 @@ async function onFriendRequest(event) {
     $("#friend-user").value = "";
     $("#friend-message").value = "";
   } catch (err) {
-    status.textContent = describe(err);
+    status.textContent = "";
+    $("#friend-error").textContent = describe(err);
   }
 }
 
@@ -376,6 +392,7 @@ async function onCreateGroup(event) {
     .filter(Boolean);
   const status = $("#group-status");
   if (!name) return;
+  $("#group-error").textContent = "";
   try {
     const group = await state.client.api.request("POST", "/v1/groups", { body: { name, members } });
     state.groups.set(group.conversationId, { ...group, memberState: "member", role: "owner" });
@@ -385,7 +402,8 @@ async function onCreateGroup(event) {
     $("#group-panel").open = false;
     chat.open({ conversationId: group.conversationId, conversationType: group.conversationType });
   } catch (err) {
-    status.textContent = describe(err);
+    status.textContent = "";
+    $("#group-error").textContent = describe(err);
   }
 }
 
@@ -394,11 +412,17 @@ async function onCreateGroup(event) {
 /** A private conversation with `peer`: its existing one, or a new one made by the first send. */
 function openPeer(peer) {
   if (peer === state.me) {
-    $("#friend-status").textContent = "That is you";
+    $("#friend-error").textContent = "That is you";
     return;
   }
   const existing = [...state.conversations.values()].find((c) => c.conversationType === 1 && c.peerId === peer);
   chat.open(existing ? { conversationId: existing.conversationId, conversationType: 1, peerId: peer } : { conversationType: 1, peerId: peer });
+}
+
+/** Whether we are in a conversation: the user stream's word for groups, else the overview's. */
+function isMember(entry) {
+  const memberState = state.groups.get(entry.conversationId)?.memberState;
+  return memberState ? memberState === "member" : entry.member !== false;
 }
 
 function title(entry) {
@@ -455,7 +479,7 @@ function renderConversations() {
           h(
             "span",
             { class: "conversation-bottom" },
-            h("span", { class: "preview muted" }, entry.member ? preview : `${preview} (left)`),
+            h("span", { class: "preview muted" }, isMember(entry) ? preview : `${preview} (left)`),
             unread > 0 ? h("span", { class: "badge unread", "aria-label": `${unread} unread` }, String(unread)) : null,
           ),
         ),

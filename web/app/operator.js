@@ -71,10 +71,10 @@ function render(plugins) {
   );
 }
 
+/** What an action did (a status), or why it failed (an alert, in `#op-error`). */
 function result(text, bad = false) {
-  const el = $("#result");
-  el.classList.toggle("bad", bad);
-  el.textContent = text;
+  $("#result").textContent = bad ? "" : text;
+  $("#op-error").textContent = bad ? text : "";
 }
 
 async function toggle(name, on) {

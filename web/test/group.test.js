@@ -80,5 +80,14 @@ test("a group of three: created, a member added, tips shown, messages seen by al
   }
   await screenshot(alice.page, "group");
 
+  // Carol quits (from another of her devices): her open chat says so at once, the composer
+  // is off, and the list marks the group left.
+  const carolToken = await carol.page.evaluate(() => JSON.parse(localStorage.getItem("courier.session")).token);
+  const id = await conversationItem(carol.page, "Hiking").getAttribute("data-conversation-id");
+  await server.api(carolToken, "POST", `/v1/groups/${id}/quit`);
+  await carol.page.locator("#chat-sub", { hasText: "You are no longer a member" }).waitFor();
+  assert.equal(await carol.page.locator("#composer-text").isDisabled(), true);
+  await conversationItem(carol.page, "Hiking").locator(".preview", { hasText: "(left)" }).waitFor();
+
   for (const person of [alice, bob, carol]) await person.context.close();
 });

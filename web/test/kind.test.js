@@ -88,8 +88,11 @@ test("a third-party kind renders through its preview, pushed and pulled", async 
   await say(3, { url: "https://files.example.com/route.gpx", name: "route.gpx", mime: "application/gpx+xml", size: 52311 });
   await say(10, { v: 1, type: "message", senderDeviceId: "phone-1", header: "AQ==", ciphertext: "AAAA" });
   const image = bob.page.locator('#message-list li[data-kind="2"]');
-  await image.locator('img[alt="The view from the top"][src="https://cdn.example.com/summit-small.jpg"]').waitFor();
+  // Another host's image loads only when the reader asks for it.
   await image.locator("figcaption", { hasText: "The view from the top" }).waitFor();
+  assert.equal(await image.locator("img").count(), 0);
+  await image.getByRole("button", { name: "Show image from cdn.example.com" }).click();
+  await image.locator('img[alt="The view from the top"][src="https://cdn.example.com/summit-small.jpg"]').waitFor();
   const file = bob.page.locator('#message-list li[data-kind="3"] a.file');
   await file.filter({ hasText: "route.gpx" }).filter({ hasText: "52.3 KB" }).waitFor();
   assert.equal(await file.getAttribute("href"), "https://files.example.com/route.gpx");

@@ -90,7 +90,7 @@ test("an operator disables a kind, the client shows the refusal; reloads are rep
   const config = readFileSync(server.configPath, "utf8");
   writeFileSync(server.configPath, config + "\n[nonsense]\nkey = 1\n");
   await op.page.getByRole("button", { name: "Reload from config" }).click();
-  const refused = op.page.locator("#result", { hasText: "Reload refused (reload_refused)" });
+  const refused = op.page.getByRole("alert").filter({ hasText: "Reload refused (reload_refused)" });
   await refused.waitFor();
   assert.match(await refused.textContent(), /nonsense/);
   writeFileSync(server.configPath, config);

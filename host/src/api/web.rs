@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use super::Error;
 
 /// Scripts and styles from this server only; images may be the `https://` URLs of image
-/// messages; the WebSocket and the API are this server (`'self'` covers `ws:`/`wss:` to it).
+/// messages (the client loads one only when the reader asks for it); the WebSocket and the API are this server (`'self'` covers `ws:`/`wss:` to it).
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     img-src 'self' https: data:; connect-src 'self'; manifest-src 'self'; \
     base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
@@ -102,7 +102,7 @@ fn serve(path: &str, headers: &HeaderMap) -> Response {
     };
     let fresh = headers
         .get(IF_NONE_MATCH)
-        .is_some_and(|tags| tags.as_bytes() == asset.etag.as_bytes() || tags == "*");
+        .is_some_and(|tags| matches_etag(tags.as_bytes(), asset.etag.as_bytes()));
     let mut res = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
@@ -117,6 +117,15 @@ fn serve(path: &str, headers: &HeaderMap) -> Response {
     h.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     res
+}
+
+/// Whether an `If-None-Match` value names `etag`: `*`, or a comma-separated list of tags,
+/// weak ones (`W/"…"`) included (RFC 9110 compares them weakly for `GET`).
+fn matches_etag(tags: &[u8], etag: &[u8]) -> bool {
+    tags.split(|&b| b == b',').any(|tag| {
+        let tag = tag.trim_ascii();
+        tag == b"*" || tag.strip_prefix(b"W/").unwrap_or(tag) == etag
+    })
 }
 
 /// `/` (the client), `/operator` (the operator page), `/web/{*path}` (their files).

@@ -1,5 +1,6 @@
 // History: a long conversation opens at its latest 50 messages; scrolling up brings the
-// older ones, each once and in order; messages that come meanwhile land at the end.
+// older ones, each once and in order; messages that come meanwhile land at the end; a chat
+// that keeps growing holds 500 messages at most while the reader is at its bottom.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -74,6 +75,28 @@ test("the latest 50 first, older ones on scrolling up, each once and in order", 
     await bob.page.getByRole("log", { name: "Messages" }).evaluate((el) => el.scrollTo(0, 0));
     await until(bob.page, (n) => document.querySelectorAll("#message-list li.msg").length >= n, shown);
   }
+  await bob.page.locator("#history-state", { hasText: "Beginning of the conversation" }).waitFor();
+  assert.deepEqual(await texts(bob.page), everything);
+
+  // At the bottom of a chat that keeps growing, the page holds 500 messages at most: the
+  // oldest leave it, and scrolling up pulls them again.
+  await bob.page.getByRole("log", { name: "Messages" }).evaluate((el) => el.scrollTo(0, el.scrollHeight));
+  for (let i = 1; i <= 400; i++) {
+    const text = `Later message ${i}`;
+    everything.push(text);
+    await server.api(alice, "POST", "/v1/messages", {
+      conversationType: 1,
+      peerId: "bob",
+      contentType: 1,
+      payload: { text },
+      clientMsgId: `history-later-${i}`,
+    });
+  }
+  await bob.page.locator("#message-list .bubble", { hasText: "Later message 400" }).waitFor();
+  assert.deepEqual(await texts(bob.page), everything.slice(-500));
+  await bob.page.getByRole("button", { name: "Load older messages" }).waitFor();
+  await bob.page.getByRole("log", { name: "Messages" }).evaluate((el) => el.scrollTo(0, 0));
+  await until(bob.page, (n) => document.querySelectorAll("#message-list li.msg").length >= n, everything.length);
   await bob.page.locator("#history-state", { hasText: "Beginning of the conversation" }).waitFor();
   assert.deepEqual(await texts(bob.page), everything);
 

@@ -2,20 +2,11 @@
 // other kind shows the one-line preview its plugin gives (pulled with `previews=true`),
 // so a kind installed on the server appears here without a change to this client.
 
+import { ContentType } from "/web/vendor/courier-client/index.js";
 import { h, bytes } from "./dom.js";
 
-export const KIND = {
-  text: 1,
-  image: 2,
-  file: 3,
-  recall: 4,
-  typing: 5,
-  rtcCall: 6,
-  friendRequest: 7,
-  groupKick: 8,
-  groupUpdate: 9,
-  encrypted: 10,
-};
+/** The bundled kinds' content types: the SDK's table, not a copy of it. */
+export const KIND = ContentType;
 
 /** Kinds shown as a centred tip rather than a bubble. */
 const TIPS = new Set([KIND.recall, KIND.friendRequest, KIND.groupKick, KIND.groupUpdate]);

@@ -8,15 +8,14 @@ import { after, before, test } from "node:test";
 import {
   chatWith,
   conversationItem,
-  launchBrowser,
+  endSession,
   newPerson,
   openConversation,
-  pageErrors,
   screenshot,
   send,
   sentMessage,
   signIn,
-  startServer,
+  startSession,
   texts,
   until,
   waitOnline,
@@ -26,15 +25,10 @@ let server;
 let browser;
 
 before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
+  ({ server, browser } = await startSession());
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], "script errors in the pages");
-});
+after(() => endSession({ server, browser }));
 
 test("two people chat both ways, with typing, receipts and a recall; one comes back after being away", async () => {
   const alice = await newPerson(browser, server);

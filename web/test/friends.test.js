@@ -1,23 +1,23 @@
 // Friends through the page: a request with a message, its badge, accepting it, and a chat
 // opened from the friends list.
 
-import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { launchBrowser, newPerson, pageErrors, send, signIn, startServer } from "./support.js";
+import {
+  endSession,
+  newPerson,
+  send,
+  signIn,
+  startSession,
+} from "./support.js";
 
 let server;
 let browser;
 
 before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
+  ({ server, browser } = await startSession());
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], "script errors in the pages");
-});
+after(() => endSession({ server, browser }));
 
 test("a friend request sent, seen, accepted, and a chat opened from the friends list", async () => {
   const alice = await newPerson(browser, server);

@@ -5,15 +5,14 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import {
   conversationItem,
-  launchBrowser,
+  endSession,
   newPerson,
   openConversation,
-  pageErrors,
   screenshot,
   send,
   sentMessage,
   signIn,
-  startServer,
+  startSession,
   texts,
 } from "./support.js";
 
@@ -21,15 +20,10 @@ let server;
 let browser;
 
 before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
+  ({ server, browser } = await startSession());
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], "script errors in the pages");
-});
+after(() => endSession({ server, browser }));
 
 test("a group of three: created, a member added, tips shown, messages seen by all", async () => {
   const alice = await newPerson(browser, server);

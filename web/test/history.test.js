@@ -4,21 +4,25 @@
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { conversationItem, launchBrowser, newPerson, openConversation, pageErrors, signIn, startServer, texts, until } from "./support.js";
+import {
+  conversationItem,
+  endSession,
+  newPerson,
+  openConversation,
+  signIn,
+  startSession,
+  texts,
+  until,
+} from "./support.js";
 
 let server;
 let browser;
 
 before(async () => {
-  server = await startServer();
-  browser = await launchBrowser();
+  ({ server, browser } = await startSession());
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], "script errors in the pages");
-});
+after(() => endSession({ server, browser }));
 
 test("the latest 50 first, older ones on scrolling up, each once and in order", async () => {
   const alice = await server.register("alice");

@@ -6,12 +6,11 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import {
   conversationItem,
-  launchBrowser,
+  endSession,
   newPerson,
   openConversation,
-  pageErrors,
   signIn,
-  startServer,
+  startSession,
   thirdPartyKind,
   waitOnline,
 } from "./support.js";
@@ -21,15 +20,10 @@ let browser;
 
 before(async () => {
   const pluginDir = thirdPartyKind();
-  server = await startServer({ runtime: `dir = "${pluginDir}"` });
-  browser = await launchBrowser();
+  ({ server, browser } = await startSession({ runtime: `dir = "${pluginDir}"` }));
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], "script errors in the pages");
-});
+after(() => endSession({ server, browser }));
 
 test("a third-party kind renders through its preview, pushed and pulled", async () => {
   const { plugins } = await fetch(`${server.url}/v1/plugins`, {

@@ -8,13 +8,12 @@ import { after, before, test } from "node:test";
 import {
   ADMIN_TOKEN,
   chatWith,
-  launchBrowser,
+  endSession,
   newPerson,
-  pageErrors,
   screenshot,
   sentMessage,
   signIn,
-  startServer,
+  startSession,
 } from "./support.js";
 
 let server;
@@ -25,17 +24,12 @@ let browser;
 const trap = process.env.COURIER_TEST_TRAP_WASM;
 
 before(async () => {
-  server = await startServer(
+  ({ server, browser } = await startSession(
     trap ? { runtime: "breaker_failures = 3", extra: `[plugins.trap]\npath = "${trap}"\n` } : {},
-  );
-  browser = await launchBrowser();
+  ));
 });
 
-after(async () => {
-  await browser?.close();
-  await server?.stop();
-  assert.deepEqual(pageErrors, [], "script errors in the pages");
-});
+after(() => endSession({ server, browser }));
 
 test("an operator disables a kind, the client shows the refusal; reloads are reported", async () => {
   const op = await newPerson(browser, server, { width: 1280, height: 800 });

@@ -3,6 +3,7 @@
 // act as a user would (fill the form, press the button) and wait for what the page shows.
 // Waits are on observable conditions; their deadlines are only a safety net.
 
+import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync, copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -158,6 +159,20 @@ export async function newPerson(browser, server, viewport = { width: 1100, heigh
   const page = await context.newPage();
   watchErrors(page);
   return { context, page };
+}
+
+/** A test file's server (started with `options`) and browser. */
+export async function startSession(options = {}) {
+  const server = await startServer(options);
+  const browser = await launchBrowser();
+  return { server, browser };
+}
+
+/** Stops what `startSession` started; the file fails on any script error its pages raised. */
+export async function endSession({ server, browser }) {
+  await browser?.close();
+  await server?.stop();
+  assert.deepEqual(pageErrors, [], "script errors in the pages");
 }
 
 /** Script errors of a page fail the test that caused them (collected, checked at the end). */

@@ -10,8 +10,9 @@ use super::schema::{self, MessageView};
 use super::{AppState, Body, Code, Error, User};
 use crate::messaging::batch::Op;
 use crate::messaging::{Answer, Prepared, SendAnswer};
+use crate::plugins::PluginRegistry;
 use crate::protocol::frames::SendFrame;
-use crate::store::sync::{Direction, OverviewRow};
+use crate::store::sync::{Direction, MessageRow, OverviewRow};
 
 type IdPath = Result<Path<i64>, axum::extract::rejection::PathRejection>;
 
@@ -109,15 +110,7 @@ pub async fn pull(
         let registry = s.registry.clone();
         tokio::task::spawn_blocking(move || {
             rows.into_iter()
-                .map(|row| {
-                    let preview = match row.payload() {
-                        Some(p) => registry.preview(row.message.content_type, p),
-                        None => "[recalled]".to_string(),
-                    };
-                    let mut view = MessageView::from(row);
-                    view.preview = Some(preview);
-                    view
-                })
+                .map(|row| previewed(&registry, row))
                 .collect()
         })
         .await
@@ -145,16 +138,21 @@ pub struct OverviewQuery {
     limit: Option<i64>,
 }
 
+/// A stored message with its kind's one-line preview (`[recalled]` once recalled).
+fn previewed(registry: &PluginRegistry, row: MessageRow) -> MessageView {
+    let preview = match row.payload() {
+        Some(p) => registry.preview(row.message.content_type, p),
+        None => "[recalled]".to_string(),
+    };
+    let mut view = MessageView::from(row);
+    view.preview = Some(preview);
+    view
+}
+
 fn overview_view(s: &AppState, r: OverviewRow) -> Value {
-    let last = r.last_message.map(|m| {
-        let preview = match m.payload() {
-            Some(p) => s.registry.preview(m.message.content_type, p),
-            None => "[recalled]".to_string(),
-        };
-        let mut v = serde_json::to_value(MessageView::from(m)).unwrap_or(Value::Null);
-        v["preview"] = preview.into();
-        v
-    });
+    let last = r
+        .last_message
+        .map(|m| serde_json::to_value(previewed(&s.registry, m)).unwrap_or(Value::Null));
     json!({
         "conversationId": r.conversation_id,
         "conversationType": r.conversation_type,

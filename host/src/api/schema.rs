@@ -117,7 +117,7 @@ pub struct MessageView {
     #[serde(skip_serializing_if = "Option::is_none")]
     recalled_by: Option<i64>,
     /// The kind's one-line preview (`[recalled]` once recalled): only in pulls asked
-    /// with `previews=true`.
+    /// with `previews=true` (and in the overview's last messages).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preview: Option<String>,
 }

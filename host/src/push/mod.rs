@@ -254,9 +254,6 @@ impl Worker {
 impl Sender {
     /// Reads what a round's notices tell and hands each to a POST, waiting for a free one.
     async fn prepare_and_send(&self, notices: Vec<(String, Pending)>) -> Result<(), String> {
-        if notices.is_empty() {
-            return Ok(());
-        }
         // Offline anywhere: a user the cluster cannot tell about is taken as offline (a
         // notice too many rather than one missing).
         let users: Vec<String> = notices.iter().map(|(u, _)| u.clone()).collect();

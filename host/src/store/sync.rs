@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
-use super::batch::{RECALLED_COUNTING, Stored, pair, recalled_counting};
+use super::batch::{RECALLED_COUNTING, Stored, pair};
 use super::{Dialect, Store, json};
 use crate::protocol::Refused;
 
@@ -107,6 +107,14 @@ pub enum Direction {
 /// their current (or last) interval (`lm`), or when they joined if there is none yet.
 const LAST_TIME: &str = "(CASE WHEN m.left_at_seq IS NULL AND c.last_seq > m.joined_after_seq \
      THEN c.last_time ELSE COALESCE(lm.server_time, m.joined_at) END)";
+
+/// From a member row `m`: its conversation's head `c`, the member's read position `rp`
+/// (none before a first read), and the last message `lm` the member may see of its latest
+/// interval (none if there is none yet) — what unread is computed from.
+const HEAD_POSITION_LAST: &str = "JOIN conversations c ON c.conversation_id = m.conversation_id \
+     LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+     LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
+         AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq";
 
 const MESSAGE_COLUMNS: &str =
     "seq, msg_id, sender_id, content_type, payload, server_time, recalled_by";
@@ -325,12 +333,8 @@ impl Store {
              COALESCE(rp.read_seq, 0), COALESCE(rp.read_acc, 0), pp.user_lo, pp.user_hi, \
              m.joined_after_seq, m.left_at_seq, lm.unread_acc, \
              lm.seq, lm.msg_id, lm.sender_id, lm.content_type, lm.payload, lm.server_time, lm.recalled_by, \
-             m.push_muted FROM members m \
-             JOIN conversations c ON c.conversation_id = m.conversation_id \
-             LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
+             m.push_muted FROM members m {HEAD_POSITION_LAST} \
              LEFT JOIN private_pairs pp ON pp.conversation_id = c.conversation_id \
-             LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
-                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq \
              WHERE m.user_id = $1 AND ({LAST_TIME} < $2 OR ({LAST_TIME} = $2 AND c.conversation_id < $3)) \
                AND {filter} \
              ORDER BY {LAST_TIME} DESC, c.conversation_id DESC LIMIT $4"
@@ -341,8 +345,10 @@ impl Store {
         }
         let rows = q.fetch_all(self.read()).await?;
         let mut out = Vec::with_capacity(rows.len());
-        // One connection for the recall counts, taken when the first is needed.
-        let mut conn = None;
+        // Rows with something counting after their position (by index, with the counts),
+        // and the seqs whose recalls to subtract: the others cost no query.
+        let mut open: Vec<(usize, i64, i64)> = Vec::new();
+        let mut ranges: Vec<[i64; 3]> = Vec::new();
         for row in &rows {
             let conversation_id: i64 = row.try_get(0)?;
             let conversation_type = row.try_get::<i64, _>(1)? as u8;
@@ -363,30 +369,26 @@ impl Store {
                 None => None,
             };
             let end_acc = end_acc.unwrap_or(0);
-            // Only a reader with something counting after its position can have recalls
-            // to subtract: the others cost no query.
-            let recalled = if end_acc > read_acc {
-                let conn = match &mut conn {
-                    Some(c) => c,
-                    None => conn.insert(self.read().acquire().await?),
-                };
-                recalled_counting(conn, conversation_id, read_seq, visible_end).await?
-            } else {
-                0
-            };
-            let unread = unread(end_acc, read_acc, recalled);
+            if end_acc > read_acc {
+                open.push((out.len(), end_acc, read_acc));
+                ranges.push([conversation_id, read_seq, visible_end]);
+            }
             out.push(OverviewRow {
                 conversation_id,
                 conversation_type,
                 peer_id,
                 last_seq: visible_end,
                 read_seq,
-                unread,
+                unread: 0,
                 last_time: row.try_get(3)?,
                 last_message,
                 member: left_at.is_none(),
                 muted: row.try_get::<i64, _>(18)? != 0,
             });
+        }
+        let recalled = self.recalled_counts(&ranges).await?;
+        for ((i, end_acc, read_acc), recalled) in open.into_iter().zip(recalled) {
+            out[i].unread = unread(end_acc, read_acc, recalled);
         }
         Ok(out)
     }
@@ -404,17 +406,14 @@ impl Store {
         // with the array was planned as a scan of every member row.
         let columns = "m.user_id, c.last_seq, m.left_at_seq, COALESCE(rp.read_seq, 0), \
              COALESCE(rp.read_acc, 0), lm.unread_acc, c.conversation_id";
-        let joins = "JOIN conversations c ON c.conversation_id = m.conversation_id \
-             LEFT JOIN read_positions rp ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
-             LEFT JOIN messages lm ON lm.conversation_id = c.conversation_id \
-                 AND lm.seq = COALESCE(m.left_at_seq, c.last_seq) AND lm.seq > m.joined_after_seq";
         let sql = match self.dialect() {
             Dialect::Postgres => format!(
                 "SELECT x.* FROM jsonb_array_elements_text(CAST($1 AS jsonb)) e(v) CROSS JOIN LATERAL \
-                 (SELECT {columns} FROM members m {joins} WHERE m.user_id = e.v OFFSET 0) x"
+                 (SELECT {columns} FROM members m {HEAD_POSITION_LAST} WHERE m.user_id = e.v OFFSET 0) x"
             ),
             Dialect::Sqlite => format!(
-                "SELECT {columns} FROM json_each($1) e JOIN members m ON m.user_id = e.value {joins}"
+                "SELECT {columns} FROM json_each($1) e JOIN members m ON m.user_id = e.value \
+                 {HEAD_POSITION_LAST}"
             ),
         };
         // Per conversation with something counting after the position: the user, the
@@ -435,8 +434,18 @@ impl Store {
                 ranges.push([r.try_get(6)?, read_seq, end]);
             }
         }
-        if open.is_empty() {
-            return Ok(totals);
+        let recalled = self.recalled_counts(&ranges).await?;
+        for ((user, end_acc, read_acc), recalled) in open.into_iter().zip(recalled) {
+            *totals.entry(user).or_default() += unread(end_acc, read_acc, recalled);
+        }
+        Ok(totals)
+    }
+
+    /// For each `[conversation_id, after, upto]`, the recalled messages in `(after, upto]`
+    /// that counted toward unread (what unread subtracts), in one statement.
+    async fn recalled_counts(&self, ranges: &[[i64; 3]]) -> sqlx::Result<Vec<i64>> {
+        if ranges.is_empty() {
+            return Ok(Vec::new());
         }
         let sql = match self.dialect() {
             Dialect::Postgres => format!(
@@ -451,14 +460,13 @@ impl Store {
                  FROM json_each($1) e ORDER BY e.key"
             ),
         };
-        let recalled = sqlx::query(&sql)
-            .bind(json(&ranges))
+        sqlx::query(&sql)
+            .bind(json(ranges))
             .fetch_all(self.read())
-            .await?;
-        for ((user, end_acc, read_acc), r) in open.into_iter().zip(recalled) {
-            *totals.entry(user).or_default() += unread(end_acc, read_acc, r.try_get(0)?);
-        }
-        Ok(totals)
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect()
     }
 
     /// Read positions of the other members (0 for one who never read).

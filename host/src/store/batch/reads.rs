@@ -2,8 +2,16 @@
 
 use sqlx::{AnyConnection, Row as _};
 
-/// The messages unread subtracts from the running counts: recalled ones that counted.
-pub const RECALLED_COUNTING: &str = "recalled_by <> 0 AND counts_unread = 1";
+/// The messages unread subtracts from the running counts: recalled ones that counted (a
+/// macro so that statements can be put together at compile time).
+macro_rules! recalled_counting_sql {
+    () => {
+        "recalled_by <> 0 AND counts_unread = 1"
+    };
+}
+
+/// The messages unread subtracts from the running counts (`recalled_counting_sql!`).
+pub const RECALLED_COUNTING: &str = recalled_counting_sql!();
 
 /// Recalled messages that counted toward unread, in `(after, upto]`: what unread
 /// subtracts from the running counts.
@@ -13,9 +21,10 @@ pub async fn recalled_counting(
     after: i64,
     upto: i64,
 ) -> sqlx::Result<i64> {
-    sqlx::query(&format!(
+    sqlx::query(concat!(
         "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
-         AND seq <= $3 AND {RECALLED_COUNTING}"
+         AND seq <= $3 AND ",
+        recalled_counting_sql!()
     ))
     .bind(conversation_id)
     .bind(after)

@@ -430,7 +430,8 @@ const WRITE_BUFFER: usize = 8 * 1024;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Writes the frames; `Err(Elapsed)` if one of them (or the flush) waited longer than
-/// `limit`, which only a client that stopped reading makes happen.
+/// `limit`, which only a client that stopped reading makes happen. A write that does not
+/// have to wait (the usual case: room in the buffer, a writable socket) sets no timer.
 async fn write_all(
     socket: &mut Socket,
     out: &mut Vec<Frame>,
@@ -438,13 +439,37 @@ async fn write_all(
 ) -> Result<Result<(), WsError>, tokio::time::error::Elapsed> {
     for frame in out.drain(..) {
         telemetry::frame_out(frame.text().as_str());
-        if let Err(e) =
-            tokio::time::timeout(limit, socket.feed(Message::Text(frame.text()))).await?
+        if let Err(e) = within(
+            limit,
+            std::future::poll_fn(|cx| socket.poll_ready_unpin(cx)),
+        )
+        .await?
         {
             return Ok(Err(e));
         }
+        if let Err(e) = socket.start_send_unpin(Message::Text(frame.text())) {
+            return Ok(Err(e));
+        }
     }
-    tokio::time::timeout(limit, socket.flush()).await
+    within(
+        limit,
+        std::future::poll_fn(|cx| socket.poll_flush_unpin(cx)),
+    )
+    .await
+}
+
+/// `future`'s output, or `Err(Elapsed)` after `limit`; the timer is set only if the
+/// future does not finish at its first poll.
+async fn within<F: std::future::Future>(
+    limit: Duration,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let mut future = std::pin::pin!(future);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(future.as_mut().poll(cx))).await;
+    match first {
+        std::task::Poll::Ready(out) => Ok(out),
+        std::task::Poll::Pending => tokio::time::timeout(limit, future).await,
+    }
 }
 
 /// One client frame. Every error is answered on the connection, which stays open.

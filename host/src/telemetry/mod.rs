@@ -10,6 +10,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::plugins::meters as plugin;
 
+mod local;
+
 pub const CONNECTIONS: &str = "courier_connections";
 pub const USERS_ONLINE: &str = "courier_users_online";
 pub const FRAMES_IN: &str = "courier_frames_in_total";
@@ -301,7 +303,7 @@ pub fn install() -> &'static PrometheusHandle {
             .expect("bucket lists are not empty");
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
-        if metrics::set_global_recorder(recorder).is_err() {
+        if metrics::set_global_recorder(local::Local::new(recorder)).is_err() {
             tracing::warn!("another metrics recorder is installed: /metrics stays empty");
         }
         for s in SERIES {
@@ -322,7 +324,9 @@ pub fn install() -> &'static PrometheusHandle {
 
 /// The Prometheus text of everything recorded.
 pub fn render() -> String {
-    install().render()
+    let handle = install();
+    local::flush();
+    handle.render()
 }
 
 /// Folds what histograms recorded into their buckets now and then, so memory stays bounded
@@ -333,6 +337,7 @@ pub async fn upkeep() {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        local::flush();
         handle.run_upkeep();
     }
 }

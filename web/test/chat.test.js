@@ -96,6 +96,9 @@ test("two people chat both ways, with typing, receipts and a recall; one comes b
   await bob.page.locator("#chat-title", { hasText: "alice" }).waitFor();
   await until(bob.page, () => document.activeElement?.id === "composer-text");
   await bob.page.locator("#message-list .bubble", { hasText: "Away message three" }).waitFor();
+  // What the sync brought shows at once; the history comes with it while the log says it
+  // is busy.
+  await bob.page.locator('#messages[aria-busy="false"]').waitFor();
   const seen = await texts(bob.page);
   assert.deepEqual(seen, [
     "Hi Bob, lunch today?",

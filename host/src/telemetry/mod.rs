@@ -329,8 +329,9 @@ pub fn render() -> String {
     handle.render()
 }
 
-/// Folds what histograms recorded into their buckets now and then, so memory stays bounded
-/// however seldom the server is scraped. Runs for the process's life.
+/// Folds what the threads hold (`local`) into the recorder, and what histograms recorded
+/// into their buckets, now and then, so memory stays bounded however seldom the server is
+/// scraped. Runs for the process's life.
 pub async fn upkeep() {
     let handle = install();
     let mut tick = tokio::time::interval(Duration::from_secs(5));

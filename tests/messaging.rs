@@ -701,6 +701,10 @@ async fn bad_input_gets_documented_codes(b: Backend) {
         (text("s7", "b7", peer("nobody"), "x").to_string(), Some("s7"), "user_not_found"),
         (text("s8", "b8", peer("alice"), "me").to_string(), Some("s8"), "bad_request"),
         (text("s9", "", conv(cid), "x").to_string(), Some("s9"), "bad_request"),
+        // A send that is whole but for its id: the id is not echoed.
+        (text(&"i".repeat(65), "b11", conv(cid), "x").to_string(), None, "bad_frame"),
+        (json!({"type": "send", "id": 7, "clientMsgId": "b12", "conversationType": 1, "conversationId": cid,
+            "contentType": 1, "payload": {"text": "x"}}).to_string(), None, "bad_frame"),
     ];
     for (frame, id, code) in &cases {
         a.send_text(frame).await;

@@ -387,7 +387,9 @@ pub async fn scrape(addr: &str) -> HashMap<String, f64> {
 }
 
 /// What the committer did between two scrapes: batches, ops per batch, and how many
-/// commits took longer than 5 and 10 ms.
+/// commits took longer than 5 and 10 ms; and how many stored sends the server acked more
+/// than 2.5, 5 and 10 ms after reading their frame (a slow commit holds back every send
+/// that arrives while it runs).
 pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> String {
     let moved =
         |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
@@ -395,9 +397,17 @@ pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f6
     let ops = moved("courier_commit_batch_ops_sum");
     let within = |le: &str| moved(&format!("courier_commit_seconds_bucket{{le=\"{le}\"}}"));
     let path = |p: &str| moved(&format!("courier_commit_paths_total{{path=\"{p}\"}}"));
+    let acks = moved("courier_send_ack_seconds_count{delivery=\"stored\"}");
+    let acked_within = |le: &str| {
+        moved(&format!(
+            "courier_send_ack_seconds_bucket{{delivery=\"stored\",le=\"{le}\"}}"
+        ))
+    };
     format!(
         "{batches:.0} commits of {:.1} ops on average ({:.0} from remembered heads, {:.0} \
-         locked, {:.0} stale); {:.0} over 5 ms, {:.0} over 10 ms; mean commit {:.2} ms",
+         locked, {:.0} stale); {:.0} over 5 ms, {:.0} over 10 ms; mean commit {:.2} ms; \
+         acks of {acks:.0} stored sends after their frame was read: {:.0} over 2.5 ms, \
+         {:.0} over 5 ms, {:.0} over 10 ms",
         ops / batches.max(1.0),
         path("remembered"),
         path("locked"),
@@ -405,6 +415,9 @@ pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f6
         batches - within("0.005"),
         batches - within("0.01"),
         moved("courier_commit_seconds_sum") * 1000.0 / batches.max(1.0),
+        acks - acked_within("0.0025"),
+        acks - acked_within("0.005"),
+        acks - acked_within("0.01"),
     )
 }
 

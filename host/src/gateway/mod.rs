@@ -472,6 +472,17 @@ async fn within<F: std::future::Future>(
     }
 }
 
+/// The answer to a send over the connection's rate.
+fn rate_limited(core: &Core) -> Error {
+    Error::new(
+        Code::RateLimited,
+        format!(
+            "more than {} sends per second on this connection; slow down",
+            core.settings.send_rate_per_sec
+        ),
+    )
+}
+
 /// One client frame. Every error is answered on the connection, which stays open.
 async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, text: &str) {
     // Every frame gets exactly one answer (`Device::answer`), which ends its flight.
@@ -494,6 +505,19 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
                 ),
             ),
         );
+    }
+    // The commonest frame, a well-formed send, is read once. Any other frame, or a send
+    // that does not read, takes the general path below, with the answers it gives.
+    if let Ok(req) = serde_json::from_str::<SendFrame>(text)
+        && req._kind.as_deref() == Some("send")
+        && req.id.as_ref().is_none_or(|id| id.len() <= 64)
+    {
+        telemetry::frame_in("send");
+        if !bucket.take() {
+            return reply_err(req.id.as_deref(), rate_limited(core));
+        }
+        let to: Arc<dyn Respond> = device.clone();
+        return core.send_from(&device.user_id, to, req).await;
     }
     let peek: Peek = match serde_json::from_str(text) {
         Ok(p) => p,
@@ -529,16 +553,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
     match peek.kind.as_deref() {
         Some("send") => {
             if !bucket.take() {
-                return reply_err(
-                    id,
-                    Error::new(
-                        Code::RateLimited,
-                        format!(
-                            "more than {} sends per second on this connection; slow down",
-                            core.settings.send_rate_per_sec
-                        ),
-                    ),
-                );
+                return reply_err(id, rate_limited(core));
             }
             match serde_json::from_str::<SendFrame>(text) {
                 Ok(req) => {

@@ -381,9 +381,14 @@ struct Hot {
     push_notices: [metrics::Counter; 4],
     /// `PULL_SECONDS` by `Pulled`.
     pulls: [metrics::Histogram; 3],
-    /// `SENDS` by content type and outcome, as they come.
-    sends:
-        std::sync::RwLock<std::collections::HashMap<(Option<u32>, &'static str), metrics::Counter>>,
+}
+
+std::thread_local! {
+    /// `SENDS` by content type and outcome, as they come: each thread's own, so a send
+    /// takes no lock that another core holds.
+    static SENDS_SEEN: std::cell::RefCell<
+        std::collections::HashMap<(Option<u32>, &'static str), metrics::Counter>,
+    > = std::cell::RefCell::default();
 }
 
 /// Taken by `install` (a use before it, in a process without the server, counts nothing).
@@ -409,7 +414,6 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
             .map(|outcome| metrics::counter!(PUSH_NOTICES, "outcome" => outcome)),
         pulls: ["messages", "user_stream", "overview"]
             .map(|what| metrics::histogram!(PULL_SECONDS, "what" => what)),
-        sends: Default::default(),
     }
 });
 
@@ -459,14 +463,14 @@ pub fn send(content_type: Option<u32>, outcome: SendOutcome) {
         }
         SendOutcome::Refused(code) => code,
     };
-    let key = (content_type, label);
-    if let Some(c) = hot.sends.read().expect("sends").get(&key) {
-        return c.increment(1);
-    }
-    let shown = content_type.map_or_else(|| "unknown".to_string(), |ct| ct.to_string());
-    let counter = metrics::counter!(SENDS, "content_type" => shown, "outcome" => label);
-    counter.increment(1);
-    hot.sends.write().expect("sends").insert(key, counter);
+    SENDS_SEEN.with_borrow_mut(|seen| {
+        seen.entry((content_type, label))
+            .or_insert_with(|| {
+                let shown = content_type.map_or_else(|| "unknown".to_string(), |ct| ct.to_string());
+                metrics::counter!(SENDS, "content_type" => shown, "outcome" => label)
+            })
+            .increment(1)
+    });
 }
 
 /// One commit batch of `ops` sends and reads, its transaction `took`; `failed` when the

@@ -507,8 +507,10 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         );
     }
     // The commonest frame, a well-formed send, is read once. Any other frame, or a send
-    // that does not read, takes the general path below, with the answers it gives.
-    if let Ok(req) = serde_json::from_str::<SendFrame>(text)
+    // that does not read, takes the general path below, with the answers it gives (a
+    // frame without the string "send" in it, a read or a received, is not tried as one).
+    if text.contains("\"send\"")
+        && let Ok(req) = serde_json::from_str::<SendFrame>(text)
         && req._kind.as_deref() == Some("send")
         && req.id.as_ref().is_none_or(|id| id.len() <= 64)
     {

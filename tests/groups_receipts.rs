@@ -15,6 +15,7 @@ on_both!(
     group_receipts_count_reads,
     former_members_see_no_read_positions_or_earlier_receipts,
     receipts_count_members_from_their_current_interval,
+    receipts_agree_with_a_count_over_every_member,
 );
 
 async fn group_receipts_count_reads(b: Backend) {
@@ -294,4 +295,112 @@ async fn receipts_count_members_from_their_current_interval(b: Backend) {
         "early: bob only (carol is back since, alice sent it); back: carol saw her own return \
          (a read delivers too)"
     );
+}
+
+/// Six members at six different places (two joined partway; reads, deliveries and their
+/// own sends move them), several senders: every receipt asked, alone or with others,
+/// equals the count of the documented rule over each member's join, read and delivered
+/// seq, kept here as the test does things.
+async fn receipts_agree_with_a_count_over_every_member(b: Backend) {
+    let (_db, s) = setup(&b, "receipts-model", "").await;
+    let names = ["alice", "bob", "carol", "dave", "erin", "frank"];
+    let mut users = BTreeMap::new();
+    for n in names {
+        users.insert(n, s.user(n).await);
+    }
+    let cid = id_of(
+        &create(
+            &s,
+            &users["alice"],
+            json!({"name": "M", "members": ["bob", "carol", "dave"]}),
+        )
+        .await,
+    );
+    // Per member: (joined after, read, delivered), as the docs define them. The creation
+    // tip (seq 1) is read by everyone in the group then.
+    let mut at: BTreeMap<&str, (i64, i64, i64)> =
+        names[..4].iter().map(|&n| (n, (0, 1, 0))).collect();
+    let mut sender: BTreeMap<i64, &str> = BTreeMap::new();
+    let send = |who: &'static str, at: &mut BTreeMap<&str, (i64, i64, i64)>, seq: i64| {
+        let p = at.get_mut(who).unwrap();
+        p.1 = p.1.max(seq);
+    };
+    for who in ["alice", "bob", "carol", "alice"] {
+        let seq = say(&s, &users[who], cid, 2, "before").await;
+        send(who, &mut at, seq);
+        sender.insert(seq, who);
+    }
+    let added = ok(
+        &s,
+        &users["alice"],
+        "POST",
+        &format!("/v1/groups/{cid}/members"),
+        Some(json!({"userIds": ["erin", "frank"]})),
+    )
+    .await;
+    assert_eq!(added["added"], json!(["erin", "frank"]), "{added}");
+    // They see the tip of their arrival (seq 6) and have read it.
+    at.insert("erin", (5, 6, 0));
+    at.insert("frank", (5, 6, 0));
+    for who in ["bob", "erin", "alice", "dave"] {
+        let seq = say(&s, &users[who], cid, 2, "after").await;
+        send(who, &mut at, seq);
+        sender.insert(seq, who);
+    }
+    assert_eq!(
+        sender.keys().copied().collect::<Vec<_>>(),
+        [2, 3, 4, 5, 7, 8, 9, 10]
+    );
+    for (who, what, seq) in [
+        ("bob", "read", 8),
+        ("carol", "received", 6),
+        ("frank", "received", 10),
+        ("dave", "read", 3),
+        ("erin", "received", 9),
+    ] {
+        ok(
+            &s,
+            &users[who],
+            "POST",
+            &format!("/v1/conversations/{cid}/{what}"),
+            Some(json!({ "seq": seq })),
+        )
+        .await;
+        let p = at.get_mut(who).unwrap();
+        if what == "read" {
+            p.1 = p.1.max(seq);
+        } else {
+            p.2 = p.2.max(seq);
+        }
+    }
+    let expected = |seq: i64| {
+        let (mut read, mut delivered, mut of) = (0, 0, 0);
+        for (who, &(joined_after, r, d)) in &at {
+            if joined_after < seq && sender[&seq] != *who {
+                of += 1;
+                read += i64::from(r >= seq);
+                delivered += i64::from(r.max(d) >= seq);
+            }
+        }
+        json!({"seq": seq, "read": read, "delivered": delivered, "of": of})
+    };
+    let asked: [&[i64]; 5] = [
+        &[2, 3, 4, 5, 7, 8, 9, 10],
+        &[10, 3],
+        &[7],
+        &[5, 8, 5],
+        &[9, 4, 2],
+    ];
+    for seqs in asked {
+        let got = ok(
+            &s,
+            &users["carol"],
+            "POST",
+            &format!("/v1/groups/{cid}/receipts"),
+            Some(json!({ "seqs": seqs })),
+        )
+        .await;
+        let want: Vec<_> = seqs.iter().map(|&seq| expected(seq)).collect();
+        assert_eq!(got, json!({ "receipts": want }), "asked {seqs:?}");
+    }
 }

@@ -286,11 +286,7 @@ impl Core {
                 if l.me.role != Role::Owner {
                     return Err(denied("only the owner dissolves"));
                 }
-                let members: Vec<String> = q::current_in(&mut c.tx, id)
-                    .await?
-                    .into_iter()
-                    .map(|(u, _)| u)
-                    .collect();
+                let members = q::current_members(self.store.dialect(), &mut c.tx, id).await?;
                 let payload = json!({ "operatorId": actor, "event": "dissolved" });
                 let tip = self
                     .tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)

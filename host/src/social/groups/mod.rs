@@ -179,11 +179,7 @@ impl Core {
         id: i64,
         also: &[String],
     ) -> Result<Vec<String>, OpError> {
-        let mut users: Vec<String> = q::current_in(tx, id)
-            .await?
-            .into_iter()
-            .map(|(u, _)| u)
-            .collect();
+        let mut users = q::current_members(self.store.dialect(), tx, id).await?;
         users.extend(also.iter().cloned());
         Ok(users)
     }

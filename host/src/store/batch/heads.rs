@@ -7,6 +7,7 @@ use sqlx::{AnyConnection, Row as _};
 
 use super::MEMBER_DELETED;
 use super::{BatchError, Head, Members, Pair, RecipientCache, Stored};
+use crate::store::groups::current_members;
 use crate::store::{Dialect, json, lookup};
 
 /// What the first statement of a batch found: the head rows (locked) with the membership
@@ -187,7 +188,7 @@ pub async fn complete(
     // the lock would see the rows it joined as they were before the wait).
     let versions = group_settings(d, conn, heads).await?;
     actor_rows(d, conn, actors, &versions, members).await?;
-    group_recipients(conn, &versions, cache, members).await?;
+    group_recipients(d, conn, &versions, cache, members).await?;
     Ok(())
 }
 
@@ -276,6 +277,7 @@ async fn actor_rows(
 /// In groups, who gets the pushes: the current members, from the cache while the
 /// group's version has not moved.
 async fn group_recipients(
+    d: Dialect,
     conn: &mut AnyConnection,
     versions: &HashMap<i64, i64>,
     cache: &RecipientCache,
@@ -285,16 +287,7 @@ async fn group_recipients(
         let current = match cache.get(id, version) {
             Some(c) => c,
             None => {
-                let list: Vec<String> = sqlx::query(
-                    "SELECT user_id FROM members WHERE conversation_id = $1 AND left_at_seq IS NULL",
-                )
-                .bind(id)
-                .fetch_all(&mut *conn)
-                .await?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?;
-                let list: Arc<[String]> = list.into();
+                let list: Arc<[String]> = current_members(d, conn, id).await?.into();
                 cache.put(id, version, list.clone());
                 list
             }

@@ -8,9 +8,11 @@
 //! kind and with a live one (each hop's latency); a 10,000-member group (`mega`, on a
 //! server of its own with `max_group_members` raised, on a fresh database): its creation
 //! and add batches of 500, the fan-out to 2,000 online members at 5 msgs/s until the last
-//! device has it, and a member's pull and overview and the owner's receipts for 100 seqs
-//! against a 10-member group with as many messages; and for each timed phase the server's
-//! CPU per delivered message and its RSS. A summary table at the end.
+//! device has it, a member's pull (whole, and from just after the tip it joined by) and
+//! overview and the owner's receipts for 100 seqs against a 10-member group with as many
+//! messages, and the ack of a typing signal into it right after a kick and once more; and
+//! for each timed phase the server's CPU per delivered message and its RSS. A summary table
+//! at the end.
 //!
 //! Run: `cargo bench -p courier --bench messaging`. SQLite with `synchronous` full (an ack
 //! survives power loss) and normal (an ack survives a crash of the server), and PostgreSQL
@@ -438,10 +440,11 @@ async fn send_group(ws: &mut Ws, cid: i64, prefix: &str, n: usize) {
     assert_eq!(acked, n, "group send {prefix}: acks");
 }
 
-/// Every message `user` may see in `cid`: `afterSeq=0&limit=500`, following `hasMore`.
-async fn pull_everything(addr: &str, user: &str, cid: i64) -> Vec<Value> {
+/// Every message `user` may see in `cid` after `from`: `afterSeq=from&limit=500`, following
+/// `hasMore`.
+async fn pull_everything(addr: &str, user: &str, cid: i64, from: i64) -> Vec<Value> {
     let mut all = Vec::new();
-    let mut after = 0;
+    let mut after = from;
     for _ in 0..100 {
         let page = must(
             addr,
@@ -461,13 +464,13 @@ async fn pull_everything(addr: &str, user: &str, cid: i64) -> Vec<Value> {
     all
 }
 
-/// Median of 20 full pulls, ms, and the messages of one.
-async fn time_pull(addr: &str, user: &str, cid: i64) -> (f64, usize) {
+/// Median of 20 pulls of everything after `from`, ms, and the messages of one.
+async fn time_pull(addr: &str, user: &str, cid: i64, from: i64) -> (f64, usize) {
     let mut times = Vec::new();
     let mut got = 0;
     for _ in 0..20 {
         let t = Instant::now();
-        got = pull_everything(addr, user, cid).await.len();
+        got = pull_everything(addr, user, cid, from).await.len();
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     times.sort_by(f64::total_cmp);
@@ -518,7 +521,7 @@ async fn interval_pull(addr: &str, tag: &str, per: usize) -> IntervalPull {
 
     // What M may see, by the protocol's rules, from C's complete view: from the tip that
     // added M (the created tip for the first interval) to the tip that kicked M.
-    let everything = pull_everything(addr, &c, cid).await;
+    let everything = pull_everything(addr, &c, cid, 0).await;
     let mut expected = std::collections::HashSet::new();
     let mut inside = false;
     for msg in &everything {
@@ -538,14 +541,14 @@ async fn interval_pull(addr: &str, tag: &str, per: usize) -> IntervalPull {
             inside = false;
         }
     }
-    let got: std::collections::HashSet<i64> = pull_everything(addr, &m, cid)
+    let got: std::collections::HashSet<i64> = pull_everything(addr, &m, cid, 0)
         .await
         .iter()
         .map(|msg| msg["seq"].as_i64().unwrap())
         .collect();
     let wrong = got.symmetric_difference(&expected).count();
-    let (ms, got) = time_pull(addr, &m, cid).await;
-    let (one_ms, one_got) = time_pull(addr, &c, cid).await;
+    let (ms, got) = time_pull(addr, &m, cid, 0).await;
+    let (one_ms, one_got) = time_pull(addr, &c, cid, 0).await;
     IntervalPull {
         ms,
         got,
@@ -836,10 +839,27 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     let mut ws = connect(addr, &small_owner, "d").await;
     send_group(&mut ws, small_cid, "ms", f.messages).await;
     let (big_member, small_member) = (members.last().unwrap(), small.last().unwrap());
-    let (big_pull, big_got) = time_pull(addr, big_member, cid).await;
-    let (small_pull, small_got) = time_pull(addr, small_member, small_cid).await;
+    let (big_pull, big_got) = time_pull(addr, big_member, cid, 0).await;
+    let (small_pull, small_got) = time_pull(addr, small_member, small_cid, 0).await;
+    // The first message each sees is a tip: of the big member's add batch (its 500 names)
+    // or of the small group's creation (9). The same pulls from just after it tell what
+    // the group's size costs apart from that tip's size.
+    let big_tip = pull_everything(addr, big_member, cid, 0).await[0].clone();
+    let small_tip = pull_everything(addr, small_member, small_cid, 0).await[0].clone();
+    let (big_texts, _) = time_pull(addr, big_member, cid, big_tip["seq"].as_i64().unwrap()).await;
+    let (small_texts, _) = time_pull(
+        addr,
+        small_member,
+        small_cid,
+        small_tip["seq"].as_i64().unwrap(),
+    )
+    .await;
     let pull = format!(
-        "10,000 members: {big_pull:.2} ms for {big_got}; 10 members: {small_pull:.2} ms for {small_got}"
+        "10,000 members: {big_pull:.2} ms for {big_got} (its tip {} B), {big_texts:.2} ms after \
+         the tip; 10 members: {small_pull:.2} ms for {small_got} (its tip {} B), \
+         {small_texts:.2} ms after the tip",
+        big_tip.to_string().len(),
+        small_tip.to_string().len(),
     );
     eprintln!("[{name}] mega: full pull of a member, median of 20: {pull}");
     out.figure.insert("mega-pull", pull);
@@ -890,6 +910,60 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     );
     eprintln!("[{name}] mega: receipts for 100 seqs, median of 10: {rc}");
     out.figure.insert("mega-receipts", rc);
+
+    // 5. A live signal (typing) by the owner into the big group, acked once the server
+    // has its members: right after a kick (the members read anew) and once more (cached).
+    // Five kicks of members who are not online; medians.
+    let mut ws = connect(addr, &owner, "live").await;
+    let (mut after_change, mut cached) = (Vec::new(), Vec::new());
+    for (k, gone) in members[MEGA_ONLINE..MEGA_ONLINE + 5].iter().enumerate() {
+        must(
+            addr,
+            "POST",
+            &format!("/v1/groups/{cid}/kick"),
+            &owner,
+            &json!({ "userIds": [gone] }).to_string(),
+        )
+        .await;
+        for (i, into) in [&mut after_change, &mut cached].into_iter().enumerate() {
+            let to = json!({"conversationId": cid, "conversationType": 2});
+            let t = Instant::now();
+            ws.send(frame(
+                &format!("tp{k}-{i}"),
+                &to,
+                5,
+                json!({"state": "typing"}),
+            ))
+            .await
+            .unwrap();
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
+                    Ok(Some(Ok(Message::Text(t)))) => {
+                        let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                        match v["type"].as_str() {
+                            Some("ack") => break,
+                            Some("error") => panic!("typing into the big group: {v}"),
+                            _ => {}
+                        }
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    other => panic!("typing into the big group: connection gone: {other:?}"),
+                }
+            }
+            into.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    drop(ws);
+    for v in [&mut after_change, &mut cached] {
+        v.sort_by(f64::total_cmp);
+    }
+    let lv = format!(
+        "{:.2} ms right after a member change, {:.2} ms next (median of 5)",
+        percentile(&after_change, 0.5),
+        percentile(&cached, 0.5)
+    );
+    eprintln!("[{name}] mega: a live signal into the big group, acked: {lv}");
+    out.figure.insert("mega-live", lv);
     eprintln!(
         "[{name}] mega: phase took {:.1} s",
         started.elapsed().as_secs_f64()
@@ -1208,6 +1282,10 @@ fn main() {
         (
             "mega-receipts",
             "group receipts for 100 seqs, 10,000- vs 10-member group, median",
+        ),
+        (
+            "mega-live",
+            "a typing signal into the 10,000-member group, acked: after a kick / next",
         ),
         (
             "rc-on",

@@ -7,7 +7,7 @@ use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
 use super::batch::{RECALLED_COUNTING, Stored, pair};
-use super::{Dialect, Store, json};
+use super::{Dialect, Store, json, lines, lines_of};
 use crate::protocol::Refused;
 
 /// A member's view of one conversation: what seqs they may read.
@@ -192,43 +192,65 @@ impl Store {
             .await
     }
 
+    /// One row however many members ([`lines_of`]): every current member's id, and a line
+    /// `user, role, muted_until, blocks_peer, state` for each member that is not plain.
     async fn live_members_once(&self, conversation_id: i64) -> sqlx::Result<Option<LiveMembers>> {
-        let rows = sqlx::query(
-            "SELECT c.conversation_type, m.user_id, m.role, m.muted_until, COALESCE(g.mute_all, 0), \
-             m.blocks_peer, m.state \
+        let d = self.dialect();
+        let deleted = super::batch::MEMBER_DELETED;
+        let field = |c: &str| format!("CAST(m.{c} AS TEXT)");
+        let tab = match d {
+            Dialect::Sqlite => "char(9)",
+            Dialect::Postgres => "chr(9)",
+        };
+        let special = format!(
+            "CASE WHEN m.role <> 0 OR m.muted_until <> 0 OR m.blocks_peer <> 0 OR m.state = {deleted} \
+             THEN m.user_id || {tab} || {} || {tab} || {} || {tab} || {} || {tab} || {} END",
+            field("role"),
+            field("muted_until"),
+            field("blocks_peer"),
+            field("state"),
+        );
+        let Some(row) = sqlx::query(&format!(
+            "SELECT c.conversation_type, COALESCE(g.mute_all, 0), {}, {} \
              FROM conversations c JOIN members m ON m.conversation_id = c.conversation_id \
              LEFT JOIN group_info g ON g.conversation_id = c.conversation_id \
-             WHERE c.conversation_id = $1 AND m.left_at_seq IS NULL",
-        )
+             WHERE c.conversation_id = $1 AND m.left_at_seq IS NULL \
+             GROUP BY c.conversation_type, g.mute_all",
+            lines_of(d, "m.user_id"),
+            lines_of(d, &special),
+        ))
         .bind(conversation_id)
-        .fetch_all(self.read())
-        .await?;
-        let Some(first) = rows.first() else {
+        .fetch_optional(self.read())
+        .await?
+        else {
             return Ok(None);
         };
         let mut live = LiveMembers {
-            conversation_type: first.try_get::<i64, _>(0)? as u8,
-            mute_all: first.try_get::<i64, _>(4)? != 0,
-            members: Vec::with_capacity(rows.len()),
+            conversation_type: row.try_get::<i64, _>(0)? as u8,
+            mute_all: row.try_get::<i64, _>(1)? != 0,
+            members: lines(row.try_get(2)?),
             roles: std::collections::HashMap::new(),
             blockers: Vec::new(),
             deleted: None,
         };
-        for r in &rows {
-            let user: String = r.try_get(1)?;
-            let (role, muted): (i64, i64) = (r.try_get(2)?, r.try_get(3)?);
+        for line in lines(row.try_get(3)?) {
+            let mut f = line.split('\t');
+            let user = f.next().unwrap_or_default().to_string();
+            let mut num = || -> sqlx::Result<i64> {
+                f.next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| sqlx::Error::Decode(format!("member line {line:?}").into()))
+            };
+            let (role, muted, blocks, state) = (num()?, num()?, num()?, num()?);
             if role != 0 || muted != 0 {
                 live.roles.insert(user.clone(), (role, muted));
             }
-            if r.try_get::<i64, _>(5)? != 0 {
+            if blocks != 0 {
                 live.blockers.push(user.clone());
             }
-            if r.try_get::<i64, _>(6)? == super::batch::MEMBER_DELETED
-                && live.conversation_type == 1
-            {
-                live.deleted = Some(user.clone());
+            if state == deleted && live.conversation_type == 1 {
+                live.deleted = Some(user);
             }
-            live.members.push(user);
         }
         Ok(Some(live))
     }

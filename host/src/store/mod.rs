@@ -335,9 +335,14 @@ impl Store {
                 SqliteSync::Full => "FULL",
                 SqliteSync::Normal => "NORMAL",
             };
+            // Temporary storage in memory: a statement that may have to undo itself inside a
+            // transaction keeps the pages it changes in a statement journal, which SQLite
+            // spills to a new temporary file past 64 KiB — a batch of sends in as many
+            // conversations does, so every commit created, wrote and deleted a file.
             let pragmas = format!(
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; \
-                 PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON;"
+                 PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; \
+                 PRAGMA temp_store = MEMORY;"
             );
             let options = AnyConnectOptions::from_str(&url).map_err(open_err)?;
             let pool = |max: u32, extra: &str| {

@@ -914,7 +914,9 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     // 5. A live signal (typing) by the owner into the big group, acked once the server
     // has its members: right after a kick (the members read anew) and once more (cached).
     // Five kicks of members who are not online; medians.
-    let mut ws = connect(addr, &owner, "live").await;
+    let mut ws = common::server::Ws::connect(addr, &token(&owner), "live")
+        .await
+        .expect("the owner's WebSocket");
     let (mut after_change, mut cached) = (Vec::new(), Vec::new());
     for (k, gone) in members[MEGA_ONLINE..MEGA_ONLINE + 5].iter().enumerate() {
         must(
@@ -926,30 +928,12 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
         )
         .await;
         for (i, into) in [&mut after_change, &mut cached].into_iter().enumerate() {
-            let to = json!({"conversationId": cid, "conversationType": 2});
+            let id = format!("tp{k}-{i}");
+            let typing = json!({"type": "send", "id": id, "clientMsgId": id,
+                "conversationType": 2, "conversationId": cid, "contentType": 5,
+                "payload": {"state": "typing"}});
             let t = Instant::now();
-            ws.send(frame(
-                &format!("tp{k}-{i}"),
-                &to,
-                5,
-                json!({"state": "typing"}),
-            ))
-            .await
-            .unwrap();
-            loop {
-                match tokio::time::timeout(Duration::from_secs(30), ws.next()).await {
-                    Ok(Some(Ok(Message::Text(t)))) => {
-                        let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                        match v["type"].as_str() {
-                            Some("ack") => break,
-                            Some("error") => panic!("typing into the big group: {v}"),
-                            _ => {}
-                        }
-                    }
-                    Ok(Some(Ok(_))) => {}
-                    other => panic!("typing into the big group: connection gone: {other:?}"),
-                }
-            }
+            common::server::send_ok(&mut ws, typing).await;
             into.push(t.elapsed().as_secs_f64() * 1000.0);
         }
     }

@@ -8,7 +8,8 @@
 //! kind and with a live one (each hop's latency); a 10,000-member group (`mega`, on a
 //! server of its own with `max_group_members` raised, on a fresh database): its creation
 //! and add batches of 500, the fan-out to 2,000 online members at 5 msgs/s until the last
-//! device has it, a member's pull (whole, and from just after the tip it joined by) and
+//! device has it (and the first message, the first after the group grew, on its own: its
+//! ack and its fan-out), a member's pull (whole, and from just after the tip it joined by) and
 //! overview and the owner's receipts for 100 seqs against a 10-member group with as many
 //! messages, and the ack of a typing signal into it right after a kick and once more; and
 //! for each timed phase the server's CPU per delivered message and its RSS. A summary table
@@ -812,12 +813,15 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     };
     eprintln!(
         "[{name}] mega: fan-out {MEGA_MEMBERS} members, {MEGA_ONLINE} online, {MEGA_RATE} msgs/s, \
-         until the last of {} other devices has it: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms \
-         ({} messages, {} complete, {every}; connect and send {:.1} s)",
+         until the last of {} other devices has it: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
+         the first message (the first after the group grew): acked in {:.2} ms, on every \
+         device in {:.2} ms ({} messages, {} complete, {every}; connect and send {:.1} s)",
         online.len(),
         f.p50,
         f.p99,
         f.max,
+        f.first_ack,
+        f.first,
         f.messages,
         f.complete,
         t.elapsed().as_secs_f64()
@@ -827,8 +831,8 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
         pid,
         "mega",
         format!(
-            "{:.2} / {:.2} / {:.2} ms ({} messages, {every})",
-            f.p50, f.p99, f.max, f.messages
+            "{:.2} / {:.2} / {:.2} ms, the first {:.2} ({} messages, {every})",
+            f.p50, f.p99, f.max, f.first, f.messages
         ),
         cpu,
     );

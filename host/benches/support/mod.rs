@@ -23,6 +23,9 @@ pub struct FanOut {
     pub p50: f64,
     pub p99: f64,
     pub max: f64,
+    /// The first message sent: until its ack, and until every other device had it, ms.
+    pub first_ack: f64,
+    pub first: f64,
     /// Messages sent, and those every other device got.
     pub messages: usize,
     pub complete: usize,
@@ -305,7 +308,7 @@ pub async fn fanout_of(
     stop: tokio::sync::watch::Sender<bool>,
     readers: Vec<tokio::task::JoinHandle<Vec<(i64, Instant)>>>,
     sent_at: &[(String, Instant)],
-    seqs: &HashMap<String, Option<i64>>,
+    seqs: &HashMap<String, Acked>,
     per_node: Vec<usize>,
 ) -> FanOut {
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -314,11 +317,17 @@ pub async fn fanout_of(
     for r in readers {
         per_device.push(r.await.unwrap());
     }
-    let (lat, mismatches) = tally(sent_at, seqs, &per_device);
+    let (lat, first, mismatches) = tally(sent_at, seqs, &per_device);
+    let first_ack = sent_at
+        .first()
+        .and_then(|(cmid, t)| Some(seqs.get(cmid)?.1.duration_since(*t).as_secs_f64() * 1000.0))
+        .unwrap_or(f64::NAN);
     FanOut {
         p50: percentile(&lat, 0.5),
         p99: percentile(&lat, 0.99),
         max: lat.last().copied().unwrap_or(f64::NAN),
+        first_ack,
+        first,
         messages: sent_at.len(),
         complete: lat.len(),
         mismatches,
@@ -328,17 +337,21 @@ pub async fn fanout_of(
 
 /// A fan-out's sends (clientMsgId, when sent), their acked seqs and what each device got
 /// (seq, when): per message every device got, the time until the last device had it, ms,
-/// sorted; and the (device, seq) pairs not received exactly once plus the sends never
-/// acked and the notifies of seqs never acked.
+/// sorted, and that time for the first message sent (NaN if not every device got it); and
+/// the (device, seq) pairs not received exactly once plus the sends never acked and the
+/// notifies of seqs never acked.
 pub fn tally(
     sent_at: &[(String, Instant)],
-    seqs: &HashMap<String, Option<i64>>,
+    seqs: &HashMap<String, Acked>,
     per_device: &[Vec<(i64, Instant)>],
-) -> (Vec<f64>, usize) {
+) -> (Vec<f64>, f64, usize) {
+    let seq_of = |cmid: &String| seqs.get(cmid).and_then(|a| a.0);
     let sent: HashMap<i64, Instant> = sent_at
         .iter()
-        .filter_map(|(cmid, t)| Some((seqs.get(cmid).copied().flatten()?, *t)))
+        .filter_map(|(cmid, t)| Some((seq_of(cmid)?, *t)))
         .collect();
+    let first_seq = sent_at.first().and_then(|(cmid, _)| seq_of(cmid));
+    let mut first = f64::NAN;
     let mut mismatches = sent_at.len() - sent.len();
     // Per seq: the latest first arrival over the devices, and on how many it arrived.
     let mut last: HashMap<i64, (Instant, usize)> = HashMap::new();
@@ -360,14 +373,18 @@ pub fn tally(
     for (seq, t) in &sent {
         match last.get(seq) {
             Some(&(at, c)) if c == per_device.len() => {
-                lat.push(at.duration_since(*t).as_secs_f64() * 1000.0)
+                let ms = at.duration_since(*t).as_secs_f64() * 1000.0;
+                if Some(*seq) == first_seq {
+                    first = ms;
+                }
+                lat.push(ms)
             }
             Some(&(_, c)) => mismatches += per_device.len() - c,
             None => mismatches += per_device.len(),
         }
     }
     lat.sort_by(f64::total_cmp);
-    (lat, mismatches)
+    (lat, first, mismatches)
 }
 
 /// The server's `/metrics` now: every sample by its line's name and labels
@@ -421,13 +438,16 @@ pub fn commits_between(before: &HashMap<String, f64>, after: &HashMap<String, f6
     )
 }
 
+/// An ack: the seq it gave (none for a live kind) and when it came.
+pub type Acked = (Option<i64>, Instant);
+
 /// Reads a group sender's connection, which gets only the acks, until `n` came (or time is
-/// up): seq by clientMsgId.
+/// up): by clientMsgId.
 pub fn acks_of(
     mut stream: futures_util::stream::SplitStream<Ws>,
     n: usize,
     rate: f64,
-) -> tokio::task::JoinHandle<HashMap<String, Option<i64>>> {
+) -> tokio::task::JoinHandle<HashMap<String, Acked>> {
     tokio::spawn(async move {
         let mut seqs = HashMap::new();
         let until = Instant::now() + Duration::from_secs_f64(n as f64 / rate + 60.0);
@@ -437,7 +457,8 @@ pub fn acks_of(
                     let v: Value = serde_json::from_str(t.as_str()).unwrap();
                     match v["type"].as_str() {
                         Some("ack") => {
-                            seqs.insert(v["id"].as_str().unwrap().to_string(), v["seq"].as_i64());
+                            let id = v["id"].as_str().unwrap().to_string();
+                            seqs.insert(id, (v["seq"].as_i64(), Instant::now()));
                         }
                         Some("error") => panic!("group send: {v}"),
                         _ => {}

@@ -391,10 +391,16 @@ impl Store {
                 // The batch statements are prepared once and run with new values every
                 // time; a generic plan for their `IN (VALUES …)` lists can turn an index
                 // lookup into a scan of the whole table. Plan each execution for its values.
+                // No JIT: the planner guesses 100 elements for every JSON array a statement
+                // reads, so once a group has thousands of members its guess for a batch
+                // passes JIT's thresholds, and compiling the plan took 20–460 ms for a
+                // statement that runs in under 1 ms.
                 .after_connect(|conn, _| {
                     Box::pin(async move {
-                        conn.execute("SET plan_cache_mode = force_custom_plan")
-                            .await?;
+                        conn.execute(sqlx::raw_sql(
+                            "SET plan_cache_mode = force_custom_plan; SET jit = off",
+                        ))
+                        .await?;
                         Ok(())
                     })
                 })

@@ -762,13 +762,13 @@ impl Store {
         let got = format!("CASE WHEN {delivered} > {read} THEN {delivered} ELSE {read} END");
         let sql = format!(
             "SELECT joined, read_at, got_at, who, COUNT(*) FROM (SELECT \
-             CASE WHEN m.joined_after_seq < $2 THEN $2 ELSE m.joined_after_seq END AS joined, \
-             {} AS read_at, {} AS got_at, \
+             {} AS joined, {} AS read_at, {} AS got_at, \
              CASE WHEN m.user_id IN (SELECT {sender} FROM {from}) THEN m.user_id END AS who \
              FROM members m LEFT JOIN read_positions rp \
              ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
              WHERE m.conversation_id = $1 AND m.left_at_seq IS NULL AND m.joined_after_seq < $3) p \
              GROUP BY joined, read_at, got_at, who",
+            clamp("m.joined_after_seq"),
             clamp(read),
             clamp(&got),
         );

@@ -373,9 +373,9 @@ async fn receipts_agree_with_a_count_over_every_member(b: Backend) {
             p.2 = p.2.max(seq);
         }
     }
-    let expected = |seq: i64| {
+    let expected = |at: &BTreeMap<&str, (i64, i64, i64)>, seq: i64| {
         let (mut read, mut delivered, mut of) = (0, 0, 0);
-        for (who, &(joined_after, r, d)) in &at {
+        for (who, &(joined_after, r, d)) in at {
             if joined_after < seq && sender[&seq] != *who {
                 of += 1;
                 read += i64::from(r >= seq);
@@ -400,7 +400,72 @@ async fn receipts_agree_with_a_count_over_every_member(b: Backend) {
             Some(json!({ "seqs": seqs })),
         )
         .await;
-        let want: Vec<_> = seqs.iter().map(|&seq| expected(seq)).collect();
+        let want: Vec<_> = seqs.iter().map(|&seq| expected(&at, seq)).collect();
         assert_eq!(got, json!({ "receipts": want }), "asked {seqs:?}");
     }
+
+    // Asked together, by the four members who saw every seq, three times over: the asks that arrive while
+    // the group's pass over its members runs share the next one, which must cover each
+    // one's seqs and senders. Every answer is still the count above.
+    let path = format!("/v1/groups/{cid}/receipts");
+    let together = (0..3)
+        .flat_map(|_| asked)
+        .zip(names[..4].iter().cycle())
+        .map(|(seqs, who)| {
+            let (s, path, u) = (&s, &path, &users[who]);
+            async move {
+                let got = ok(s, u, "POST", path, Some(json!({ "seqs": seqs }))).await;
+                (seqs, got)
+            }
+        });
+    for (seqs, got) in futures_util::future::join_all(together).await {
+        let want: Vec<_> = seqs.iter().map(|&seq| expected(&at, seq)).collect();
+        assert_eq!(
+            got,
+            json!({ "receipts": want }),
+            "asked {seqs:?} together with others"
+        );
+    }
+
+    // While others keep asking, the members read the newest message one after another, and
+    // each asks right after its read was answered: its answer counts its own read and every
+    // one before it, never an earlier pass's count.
+    let reading = std::sync::atomic::AtomicBool::new(true);
+    let flood = (0..4).map(|i| {
+        let (s, path, reading, u) = (&s, &path, &reading, &users[names[i]]);
+        async move {
+            let mut answered = 0;
+            while reading.load(std::sync::atomic::Ordering::SeqCst) {
+                // Its passes cover the readers' asks below (their seqs and senders).
+                let got = ok(s, u, "POST", path, Some(json!({ "seqs": [2, 7, 10] }))).await;
+                assert_eq!(got["receipts"][2]["of"], 5, "{got}");
+                answered += 1;
+            }
+            answered
+        }
+    });
+    let readers = async {
+        for who in ["alice", "bob", "carol", "erin", "frank"] {
+            let u = &users[who];
+            ok(
+                &s,
+                u,
+                "POST",
+                &format!("/v1/conversations/{cid}/read"),
+                Some(json!({ "seq": 10 })),
+            )
+            .await;
+            let p = at.get_mut(who).unwrap();
+            p.1 = p.1.max(10);
+            let got = ok(&s, u, "POST", &path, Some(json!({ "seqs": [10, 7] }))).await;
+            assert_eq!(
+                got,
+                json!({ "receipts": [expected(&at, 10), expected(&at, 7)] }),
+                "{who} asked right after reading"
+            );
+        }
+        reading.store(false, std::sync::atomic::Ordering::SeqCst);
+    };
+    let (_, answered) = tokio::join!(readers, futures_util::future::join_all(flood));
+    assert!(answered.iter().all(|&n| n > 0), "{answered:?}");
 }

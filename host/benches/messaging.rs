@@ -11,7 +11,8 @@
 //! device has it (and the first message, the first after the group grew, on its own: its
 //! ack and its fan-out), a member's pull (whole, and from just after the tip it joined by) and
 //! overview and the owner's receipts for 100 seqs against a 10-member group with as many
-//! messages, and the ack of a typing signal into it right after a kick and once more; and
+//! messages, 1,000 members asking for the newest message's receipt at about the same time
+//! (how long each waited, and the passes over the members the server ran), and the ack of a typing signal into it right after a kick and once more; and
 //! for each timed phase the server's CPU per delivered message and its RSS. A summary table
 //! at the end.
 //!
@@ -705,6 +706,10 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
 const MEGA_MEMBERS: usize = 10_000;
 const MEGA_ONLINE: usize = 2_000;
 const MEGA_BATCH: usize = 500;
+/// Members asking for the newest message's receipt at about the same time, and how many
+/// of their requests are in flight at once.
+const MEGA_ASKERS: usize = 1_000;
+const MEGA_ASKING: usize = 64;
 const MEGA_SMALL: usize = 10;
 /// The rate of the big group's messages and their count's bounds.
 const MEGA_RATE: f64 = 5.0;
@@ -914,6 +919,42 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     );
     eprintln!("[{name}] mega: receipts for 100 seqs, median of 10: {rc}");
     out.figure.insert("mega-receipts", rc);
+
+    // 4b. Members showing the newest message ask for its receipt at about the same time:
+    // MEGA_ASKERS of them, MEGA_ASKING at a time. How long each waited, how long all took,
+    // and how many passes over the members the server ran for them.
+    let info = must(addr, "GET", &format!("/v1/conversations/{cid}"), &owner, "").await;
+    let newest = info["lastSeq"].as_i64().unwrap();
+    let before = scrape(addr).await;
+    let (each, all) = mega::all_at_once(
+        addr,
+        "POST",
+        &format!("/v1/groups/{cid}/receipts"),
+        &members[..MEGA_ASKERS],
+        &json!({ "seqs": [newest] }).to_string(),
+        MEGA_ASKING,
+        Duration::from_secs(300),
+    )
+    .await;
+    let after = scrape(addr).await;
+    let passes = match after.get("courier_receipt_passes_total") {
+        Some(n) => format!(
+            "{}",
+            n - before.get("courier_receipt_passes_total").unwrap_or(&0.0)
+        ),
+        None => "not counted".to_string(),
+    };
+    let many = format!(
+        "all {MEGA_ASKERS} answered in {all:.0} ms; each p50 / p99 {:.2} / {:.2} ms; \
+         {passes} passes",
+        percentile(&each, 0.5),
+        percentile(&each, 0.99)
+    );
+    eprintln!(
+        "[{name}] mega: {MEGA_ASKERS} members ask for the newest receipt, {MEGA_ASKING} at a \
+         time: {many}"
+    );
+    out.figure.insert("mega-receipts-many", many);
 
     // 5. A live signal (typing) by the owner into the big group, acked once the server
     // has its members: right after a kick (the members read anew) and once more (cached).
@@ -1270,6 +1311,10 @@ fn main() {
         (
             "mega-receipts",
             "group receipts for 100 seqs, 10,000- vs 10-member group, median",
+        ),
+        (
+            "mega-receipts-many",
+            "1,000 members of the 10,000-member group ask for the newest receipt, 64 at a time",
         ),
         (
             "mega-live",

@@ -206,3 +206,42 @@ pub async fn mark_read(
         .await;
     assert_eq!(done, users.len(), "read marks within {limit:?}");
 }
+
+/// Each of `users` makes the same request once, `concurrency` at a time, none started
+/// after `limit`: how long each answer took (ms, sorted) and how long all took (ms).
+/// Panics unless every one answered 200.
+pub async fn all_at_once(
+    addr: &str,
+    method: &str,
+    path: &str,
+    users: &[String],
+    body: &str,
+    concurrency: usize,
+    limit: Duration,
+) -> (Vec<f64>, f64) {
+    let until = Instant::now() + limit;
+    let t = Instant::now();
+    let mut times: Vec<f64> = stream::iter(users)
+        .map(|u| async move {
+            if Instant::now() > until {
+                return None;
+            }
+            let t = Instant::now();
+            let (status, _) = http(addr, method, path, u, body).await;
+            (status == 200).then(|| t.elapsed().as_secs_f64() * 1000.0)
+        })
+        .buffer_unordered(concurrency)
+        .filter_map(|ms| async move { ms })
+        .collect()
+        .await;
+    let all = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(
+        times.len(),
+        users.len(),
+        "{method} {path}: {} of {} answered 200 within {limit:?}",
+        times.len(),
+        users.len()
+    );
+    times.sort_by(f64::total_cmp);
+    (times, all)
+}

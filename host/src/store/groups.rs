@@ -434,7 +434,7 @@ pub async fn open_memberships(
 
 /// For an `INSERT … SELECT` of the tuples of the JSON array `arg` (`[[a, b], …]`): their
 /// values as columns (`true` for an integer one) and the `FROM` that yields them.
-fn elements(d: Dialect, arg: &str, ints: &[bool]) -> (String, String) {
+pub(super) fn elements(d: Dialect, arg: &str, ints: &[bool]) -> (String, String) {
     let columns: Vec<String> = ints
         .iter()
         .enumerate()
@@ -622,16 +622,6 @@ pub async fn save_join_request(
     Ok(())
 }
 
-/// One message's receipt: of `of` members counted, `read` read it and `delivered` got it
-/// (reading counts as getting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Receipt {
-    pub seq: i64,
-    pub read: i64,
-    pub delivered: i64,
-    pub of: i64,
-}
-
 /// A group's pending join requests (inside a change).
 pub async fn pending_join_requests_in(
     conn: &mut AnyConnection,
@@ -713,116 +703,4 @@ impl Store {
         let mut conn = self.read().acquire().await?;
         pending_join_requests_in(&mut conn, conversation_id).await
     }
-
-    /// For each seq: of the current members whose membership began before it (other than
-    /// its sender), how many have read it and how many got it. Two statements however many
-    /// seqs are asked and however large the group: the senders, then one pass over the
-    /// current members in the database that hands back their positions grouped. Positions
-    /// are clamped to the seqs asked (`lo` = the lowest − 1, `hi` = the highest), which
-    /// keeps every count the same, so members at the same place collapse into one row; the
-    /// senders keep rows of their own, so each message's count can leave its sender out.
-    /// Rows back: at most one per distinct (join, read, delivered) position inside the
-    /// range asked, plus one per sender — for a 10,000-member group where most members sit
-    /// at the same place, a handful.
-    /// Per seq asked for, its receipt, or `None` for a seq not in the conversation.
-    pub async fn receipts(
-        &self,
-        conversation_id: i64,
-        seqs: &[i64],
-    ) -> sqlx::Result<Vec<Option<Receipt>>> {
-        let d = self.dialect();
-        let mut conn = self.read().acquire().await?;
-        let keys: Vec<(i64, i64)> = seqs.iter().map(|&seq| (conversation_id, seq)).collect();
-        let sql = lookup(
-            d,
-            "seq, sender_id",
-            "messages",
-            &[("conversation_id", true), ("seq", true)],
-            "",
-        );
-        let mut senders: HashMap<i64, String> = HashMap::new();
-        for r in sqlx::query(&sql)
-            .bind(json(&keys))
-            .fetch_all(&mut *conn)
-            .await?
-        {
-            senders.insert(r.try_get(0)?, r.try_get(1)?);
-        }
-        let (Some(&lo), Some(&hi)) = (senders.keys().min(), senders.keys().max()) else {
-            return Ok(vec![None; seqs.len()]);
-        };
-        let lo = lo - 1;
-        let mut distinct: Vec<[&str; 1]> = senders.values().map(|s| [s.as_str()]).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let (sender, from) = elements(d, "$4", &[false]);
-        let clamp =
-            |x: &str| format!("CASE WHEN {x} < $2 THEN $2 WHEN {x} > $3 THEN $3 ELSE {x} END");
-        let (read, delivered) = ("COALESCE(rp.read_seq, 0)", "COALESCE(rp.delivered_seq, 0)");
-        let got = format!("CASE WHEN {delivered} > {read} THEN {delivered} ELSE {read} END");
-        let sql = format!(
-            "SELECT joined, read_at, got_at, who, COUNT(*) FROM (SELECT \
-             {} AS joined, {} AS read_at, {} AS got_at, \
-             CASE WHEN m.user_id IN (SELECT {sender} FROM {from}) THEN m.user_id END AS who \
-             FROM members m LEFT JOIN read_positions rp \
-             ON rp.user_id = m.user_id AND rp.conversation_id = m.conversation_id \
-             WHERE m.conversation_id = $1 AND m.left_at_seq IS NULL AND m.joined_after_seq < $3) p \
-             GROUP BY joined, read_at, got_at, who",
-            clamp("m.joined_after_seq"),
-            clamp(read),
-            clamp(&got),
-        );
-        let positions: Vec<Positions> = sqlx::query(&sql)
-            .bind(conversation_id)
-            .bind(lo)
-            .bind(hi)
-            .bind(json(&distinct))
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(Positions {
-                    joined_after: r.try_get(0)?,
-                    read: r.try_get(1)?,
-                    got: r.try_get(2)?,
-                    who: r.try_get(3)?,
-                    members: r.try_get(4)?,
-                })
-            })
-            .collect::<sqlx::Result<_>>()?;
-        Ok(seqs
-            .iter()
-            .map(|&seq| Some(receipt(&positions, seq, senders.get(&seq)?)))
-            .collect())
-    }
-}
-
-/// `members` current members at the same place (clamped to the seqs asked): joined after
-/// `joined_after`, read up to `read`, got up to `got` (a read counts as getting). `who`
-/// names the one member when it is a sender of a seq asked.
-struct Positions {
-    joined_after: i64,
-    read: i64,
-    got: i64,
-    who: Option<String>,
-    members: i64,
-}
-
-/// The receipt of the message at `seq` sent by `sender`, over the current members'
-/// grouped positions.
-fn receipt(positions: &[Positions], seq: i64, sender: &str) -> Receipt {
-    let mut r = Receipt {
-        seq,
-        read: 0,
-        delivered: 0,
-        of: 0,
-    };
-    for p in positions {
-        if p.joined_after < seq && p.who.as_deref() != Some(sender) {
-            r.of += p.members;
-            r.read += p.members * i64::from(p.read >= seq);
-            r.delivered += p.members * i64::from(p.got >= seq);
-        }
-    }
-    r
 }

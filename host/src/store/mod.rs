@@ -11,6 +11,7 @@ pub mod devices;
 pub mod groups;
 pub mod keys;
 pub mod mailbox;
+pub mod receipts;
 pub mod social;
 pub mod stream;
 pub mod sync;
@@ -108,6 +109,8 @@ pub struct Store {
     write: AnyPool,
     dialect: Dialect,
     health: Arc<Health>,
+    /// Group receipts' passes over the members, shared by the asks of a group in flight.
+    passes: Arc<receipts::Passes>,
 }
 
 /// What a committer keeps between its batches: on PostgreSQL a connection of its own,
@@ -373,6 +376,7 @@ impl Store {
                 write,
                 dialect: Dialect::Sqlite,
                 health,
+                passes: Arc::default(),
             }
         } else {
             // No ping before each use while the database is healthy (a round trip each).
@@ -412,6 +416,7 @@ impl Store {
                 write: pool,
                 dialect: Dialect::Postgres,
                 health,
+                passes: Arc::default(),
             }
         };
         let migrator = match store.dialect {

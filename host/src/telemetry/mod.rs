@@ -29,6 +29,7 @@ pub const OUTBOX_DROPPED: &str = "courier_outbox_dropped_total";
 pub const SLOW_CONSUMERS: &str = "courier_slow_consumer_disconnects_total";
 pub const REFUSALS: &str = "courier_refusals_total";
 pub const PULL_SECONDS: &str = "courier_pull_seconds";
+pub const RECEIPT_PASSES: &str = "courier_receipt_passes_total";
 pub const USER_STREAM_EVENTS: &str = "courier_user_stream_events_total";
 pub const HTTP_REQUESTS: &str = "courier_http_requests_total";
 pub const HTTP_SECONDS: &str = "courier_http_request_seconds";
@@ -187,6 +188,12 @@ pub const SERIES: &[Series] = &[
         Histogram,
         &["what"],
         "pulls over HTTP and their time, by what was pulled (messages, user_stream, overview)",
+    ),
+    series(
+        RECEIPT_PASSES,
+        Counter,
+        &[],
+        "passes over a group's members that group receipts ran (the asks of one group that arrive while a pass runs share the next)",
     ),
     series(
         USER_STREAM_EVENTS,
@@ -381,6 +388,7 @@ struct Hot {
     push_notices: [metrics::Counter; 4],
     /// `PULL_SECONDS` by `Pulled`.
     pulls: [metrics::Histogram; 3],
+    receipt_passes: metrics::Counter,
 }
 
 std::thread_local! {
@@ -414,6 +422,7 @@ static HOT: std::sync::LazyLock<Hot> = std::sync::LazyLock::new(|| {
             .map(|outcome| metrics::counter!(PUSH_NOTICES, "outcome" => outcome)),
         pulls: ["messages", "user_stream", "overview"]
             .map(|what| metrics::histogram!(PULL_SECONDS, "what" => what)),
+        receipt_passes: metrics::counter!(RECEIPT_PASSES),
     }
 });
 
@@ -533,6 +542,11 @@ pub enum Pulled {
 /// A pull served in `took`.
 pub fn pull(what: Pulled, took: Duration) {
     HOT.pulls[what as usize].record(took);
+}
+
+/// A pass over a group's members for receipts.
+pub fn receipt_pass() {
+    HOT.receipt_passes.increment(1);
 }
 
 /// An event appended to a user's stream.

@@ -4,7 +4,8 @@
 //! one group share it: while a pass runs, the asks that arrive wait for the next one, which
 //! covers every one of them (the widest range and all their senders). A group runs one pass
 //! at a time however many ask, and every ask is answered from a pass that began after it
-//! arrived, so it sees every read committed before it.
+//! arrived, so it sees every read committed before it. A pass that fails answers the asks
+//! it covered with its failure.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -58,7 +59,20 @@ struct Pass {
     /// The ticket count when it began: every ask with a lower ticket arrived before it.
     began: u64,
     cover: Cover,
-    positions: Vec<Positions>,
+    /// The positions, or what the database said when the pass failed: the asks it covered
+    /// are answered with that too rather than running one pass after another against a
+    /// database that is down, each waiting out the pool's timeout.
+    positions: Result<Arc<Vec<Positions>>, String>,
+}
+
+impl Pass {
+    fn outcome(&self) -> sqlx::Result<Arc<Vec<Positions>>> {
+        self.positions.clone().map_err(|e| {
+            sqlx::Error::Io(std::io::Error::other(format!(
+                "the group's receipts pass failed: {e}"
+            )))
+        })
+    }
 }
 
 /// A count per key; a key counted down to nothing is gone.
@@ -161,8 +175,8 @@ impl Drop for Entry<'_> {
 }
 
 impl Passes {
-    /// A pass that began after this call and covers `lo..=hi` and `senders`: the one the
-    /// group ran last if it does, or a new one run by `run`.
+    /// The positions of a pass that began after this call and covers `lo..=hi` and
+    /// `senders`: the one the group ran last if it does, or a new one run by `run`.
     async fn share<F, Fut>(
         &self,
         conversation_id: i64,
@@ -170,7 +184,7 @@ impl Passes {
         hi: i64,
         senders: &[String],
         run: F,
-    ) -> sqlx::Result<Arc<Pass>>
+    ) -> sqlx::Result<Arc<Vec<Positions>>>
     where
         F: FnOnce(Cover) -> Fut,
         Fut: Future<Output = sqlx::Result<Vec<Positions>>>,
@@ -198,19 +212,26 @@ impl Passes {
             .as_ref()
             .filter(|p| p.began > ticket && p.cover.covers(lo, hi, senders))
         {
-            return Ok(pass.clone());
+            return pass.outcome();
         }
         let began = self.tickets.load(SeqCst);
         let cover = entry.group.wanted.lock().unwrap().cover();
         let (lo, hi, senders) = (cover.lo, cover.hi, cover.senders.clone());
-        let positions = run(cover).await?;
-        let pass = Arc::new(Pass {
+        let (positions, failed) = match run(cover).await {
+            Ok(rows) => (Ok(Arc::new(rows)), None),
+            Err(e) => (Err(e.to_string()), Some(e)),
+        };
+        let pass = Pass {
             began,
             cover: Cover { lo, hi, senders },
             positions,
-        });
-        *last = Some(pass.clone());
-        Ok(pass)
+        };
+        let outcome = pass.outcome();
+        *last = Some(Arc::new(pass));
+        match failed {
+            Some(e) => Err(e),
+            None => outcome,
+        }
     }
 }
 
@@ -253,7 +274,7 @@ impl Store {
         let mut distinct: Vec<String> = senders.values().cloned().collect();
         distinct.sort_unstable();
         distinct.dedup();
-        let pass = self
+        let positions = self
             .passes
             .share(conversation_id, lo - 1, hi, &distinct, |cover| {
                 self.positions(conversation_id, cover)
@@ -261,7 +282,7 @@ impl Store {
             .await?;
         Ok(seqs
             .iter()
-            .map(|&seq| Some(receipt(&pass.positions, seq, senders.get(&seq)?)))
+            .map(|&seq| Some(receipt(&positions, seq, senders.get(&seq)?)))
             .collect())
     }
 
@@ -348,8 +369,8 @@ mod tests {
         }])
     }
 
-    fn mark(pass: sqlx::Result<Arc<Pass>>) -> i64 {
-        pass.unwrap().positions[0].read
+    fn mark(pass: sqlx::Result<Arc<Vec<Positions>>>) -> i64 {
+        pass.unwrap()[0].read
     }
 
     fn names(of: &[&str]) -> Vec<String> {
@@ -402,24 +423,47 @@ mod tests {
         assert!(passes.groups.lock().unwrap().is_empty(), "nothing kept");
     }
 
-    /// A pass that fails answers its own ask with the error; the asks waiting behind it run
-    /// one of their own.
+    /// A pass that fails answers the asks it covered with its failure, without another
+    /// pass for each (against a database that is down, each would wait out the pool's
+    /// timeout in turn); an ask that arrived while it ran gets a pass of its own.
     #[tokio::test]
-    async fn a_failed_pass_leaves_the_next_ask_its_own() {
+    async fn a_failed_pass_answers_the_asks_it_covered() {
         let passes = Passes::default();
-        let (release, gate) = oneshot::channel::<()>();
         let s = names(&["s"]);
-        let failing = passes.share(7, 0, 10, &s, |_| async move {
-            gate.await.unwrap();
+        let (release_first, first_gate) = oneshot::channel::<()>();
+        let mut first = pin!(passes.share(7, 0, 10, &s, |_| async move {
+            first_gate.await.unwrap();
+            marked(1)
+        }));
+        assert!(first.as_mut().now_or_never().is_none());
+        // Two asks wait behind the first pass; the first of them runs the next one, which
+        // fails.
+        let (release_failing, failing_gate) = oneshot::channel::<()>();
+        let mut failing = pin!(passes.share(7, 0, 10, &s, |_| async move {
+            failing_gate.await.unwrap();
             Err(sqlx::Error::PoolTimedOut)
-        });
-        let mut failing = pin!(failing);
+        }));
+        let mut covered = pin!(passes.share(7, 0, 10, &s, |_| async {
+            panic!("an ask the failed pass covered runs no pass of its own")
+        }));
         assert!(failing.as_mut().now_or_never().is_none());
-        let mut waiting = pin!(passes.share(7, 0, 10, &s, |_| async { marked(2) }));
-        assert!(waiting.as_mut().now_or_never().is_none());
-        release.send(()).unwrap();
-        assert!(failing.await.is_err());
-        assert_eq!(mark(waiting.await), 2);
+        assert!(covered.as_mut().now_or_never().is_none());
+        release_first.send(()).unwrap();
+        assert_eq!(mark(first.await), 1);
+        assert!(failing.as_mut().now_or_never().is_none(), "its pass runs");
+        // Arrives while the failing pass runs.
+        let mut later = pin!(passes.share(7, 0, 10, &s, |_| async { marked(3) }));
+        assert!(later.as_mut().now_or_never().is_none());
+        release_failing.send(()).unwrap();
+        assert!(matches!(failing.await, Err(sqlx::Error::PoolTimedOut)));
+        let Err(shared) = covered.await else {
+            panic!("the ask the failed pass covered got positions")
+        };
+        assert!(
+            shared.to_string().contains("receipts pass failed"),
+            "{shared}"
+        );
+        assert_eq!(mark(later.await), 3);
         assert!(passes.groups.lock().unwrap().is_empty());
     }
 }

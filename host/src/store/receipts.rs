@@ -7,7 +7,7 @@
 //! arrived, so it sees every read committed before it. A pass that fails answers the asks
 //! it covered with its failure.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
@@ -39,11 +39,11 @@ struct Positions {
 
 /// What a pass has to cover: positions clamped to `lo..=hi` (`lo` one below the lowest seq
 /// asked), with rows of their own for `senders`.
-#[derive(Default)]
+#[derive(Clone)]
 struct Cover {
     lo: i64,
     hi: i64,
-    senders: HashSet<String>,
+    senders: BTreeSet<String>,
 }
 
 impl Cover {
@@ -76,26 +76,20 @@ impl Pass {
 }
 
 /// A count per key; a key counted down to nothing is gone.
+#[derive(Default)]
 struct Counted<K>(BTreeMap<K, usize>);
 
 impl<K: Ord + Clone> Counted<K> {
-    fn add(&mut self, k: &K) {
-        *self.0.entry(k.clone()).or_default() += 1;
-    }
-
-    fn remove(&mut self, k: &K) {
-        if let Some(n) = self.0.get_mut(k) {
-            *n -= 1;
-            if *n == 0 {
-                self.0.remove(k);
-            }
+    /// One more of `k`, or one less.
+    fn count(&mut self, k: &K, add: bool) {
+        let n = self.0.entry(k.clone()).or_default();
+        match add {
+            true => *n += 1,
+            false => *n -= 1,
         }
-    }
-}
-
-impl<K> Default for Counted<K> {
-    fn default() -> Self {
-        Counted(BTreeMap::new())
+        if *n == 0 {
+            self.0.remove(k);
+        }
     }
 }
 
@@ -108,19 +102,12 @@ struct Wanted {
 }
 
 impl Wanted {
+    /// One ask's wants counted in (`add`) or out.
     fn change(&mut self, lo: i64, hi: i64, senders: &[String], add: bool) {
-        let (los, his, who) = (&mut self.lo, &mut self.hi, &mut self.senders);
-        match add {
-            true => {
-                los.add(&lo);
-                his.add(&hi);
-                senders.iter().for_each(|s| who.add(s));
-            }
-            false => {
-                los.remove(&lo);
-                his.remove(&hi);
-                senders.iter().for_each(|s| who.remove(s));
-            }
+        self.lo.count(&lo, add);
+        self.hi.count(&hi, add);
+        for s in senders {
+            self.senders.count(s, add);
         }
     }
 
@@ -216,22 +203,14 @@ impl Passes {
         }
         let began = self.tickets.load(SeqCst);
         let cover = entry.group.wanted.lock().unwrap().cover();
-        let (lo, hi, senders) = (cover.lo, cover.hi, cover.senders.clone());
-        let (positions, failed) = match run(cover).await {
-            Ok(rows) => (Ok(Arc::new(rows)), None),
-            Err(e) => (Err(e.to_string()), Some(e)),
-        };
-        let pass = Pass {
+        let result = run(cover.clone()).await.map(Arc::new);
+        let positions = result.as_ref().map(Arc::clone).map_err(|e| e.to_string());
+        *last = Some(Arc::new(Pass {
             began,
-            cover: Cover { lo, hi, senders },
+            cover,
             positions,
-        };
-        let outcome = pass.outcome();
-        *last = Some(Arc::new(pass));
-        match failed {
-            Some(e) => Err(e),
-            None => outcome,
-        }
+        }));
+        result
     }
 }
 
@@ -289,8 +268,7 @@ impl Store {
     /// The pass: the group's current members' positions, clamped and grouped.
     async fn positions(&self, conversation_id: i64, cover: Cover) -> sqlx::Result<Vec<Positions>> {
         crate::telemetry::receipt_pass();
-        let mut who: Vec<[&str; 1]> = cover.senders.iter().map(|s| [s.as_str()]).collect();
-        who.sort_unstable();
+        let who: Vec<[&str; 1]> = cover.senders.iter().map(|s| [s.as_str()]).collect();
         let (sender, from) = elements(self.dialect(), "$4", &[false]);
         let clamp =
             |x: &str| format!("CASE WHEN {x} < $2 THEN $2 WHEN {x} > $3 THEN $3 ELSE {x} END");

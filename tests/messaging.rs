@@ -19,6 +19,7 @@ on_both!(
     concurrent_senders_get_gapless_seqs_and_receivers_get_each_once_in_order,
     acknowledged_messages_survive_kill_9,
     live_kinds_are_pushed_and_never_stored,
+    frames_sent_together_are_each_answered_once_in_order,
     unread_counts_reads_and_recalls,
     recall_rules,
     bad_input_gets_documented_codes,
@@ -472,6 +473,59 @@ async fn live_kinds_are_pushed_and_never_stored(b: Backend) {
             .len(),
         1
     );
+}
+
+/// A client that writes many frames at once (the server reads them in rounds) gets one
+/// answer per frame, in the order of its frames, and its peer gets every signal once, in
+/// order.
+async fn frames_sent_together_are_each_answered_once_in_order(b: Backend) {
+    let (_db, s) = setup(&b, "together", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut a = s.connect(&alice, "phone").await;
+    let cid = send_ok(&mut a, text("r0", "open", peer("bob"), "open")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let mut b1 = s.connect(&bob, "phone").await;
+    // A call signal (a live send, answered at once), a ping and a frame of no known type,
+    // over and over: 100 frames, 34 of them sends.
+    let frames: Vec<Value> = (0..100)
+        .map(|i| match i % 3 {
+            0 => json!({"type": "send", "id": format!("f{i}"), "clientMsgId": format!("c-{i}"),
+                "conversationType": 1, "conversationId": cid, "contentType": 6,
+                "payload": {"action": "invite", "callId": format!("call-{i}"), "media": "audio"}}),
+            1 => json!({"type": "ping", "id": format!("f{i}")}),
+            _ => json!({"type": "nope", "id": format!("f{i}")}),
+        })
+        .collect();
+    a.send_together(&frames).await;
+    for i in 0..100 {
+        let f = a.next().await.expect("closed while answering");
+        assert_eq!(f["id"], format!("f{i}"), "answer {i}: {f}");
+        match i % 3 {
+            0 => assert_eq!(
+                (f["type"].as_str(), f["delivered"].as_u64()),
+                (Some("ack"), Some(1)),
+                "{f}"
+            ),
+            1 => assert_eq!(f["type"], "pong", "{f}"),
+            _ => assert_eq!(
+                (f["type"].as_str(), f["code"].as_str()),
+                (Some("error"), Some("unknown_frame_type")),
+                "{f}"
+            ),
+        }
+    }
+    // A stored message after them reaches bob after every signal.
+    send_ok(&mut a, text("r1", "after", conv(cid), "after the signals")).await;
+    let (last, before) = b1.until(|f| f["seq"] == 2).await;
+    assert_eq!(last["payload"]["text"], "after the signals");
+    let calls: Vec<&str> = before
+        .iter()
+        .map(|f| f["payload"]["callId"].as_str().unwrap_or("?"))
+        .collect();
+    let sent: Vec<String> = (0..100).step_by(3).map(|i| format!("call-{i}")).collect();
+    assert_eq!(calls, sent);
 }
 
 async fn overview_entry(s: &Server, u: &User, cid: i64) -> Value {

@@ -652,6 +652,17 @@ impl Ws {
         self.send_text(&frame.to_string()).await;
     }
 
+    /// Sends the frames in one write (as far as the kernel takes them).
+    pub async fn send_together(&mut self, frames: &[Value]) {
+        for f in frames {
+            self.stream
+                .feed(Message::Text(f.to_string().into()))
+                .await
+                .expect("queue a frame");
+        }
+        self.stream.flush().await.expect("send the frames");
+    }
+
     /// `false` if the connection is gone.
     pub async fn try_send(&mut self, frame: &Value) -> bool {
         self.stream

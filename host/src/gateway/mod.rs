@@ -8,6 +8,7 @@ pub mod links;
 pub mod outbox;
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -281,7 +282,7 @@ async fn run(
     tokio::pin!(silence);
     let mut bucket = Bucket::new(f64::from(set.send_rate_per_sec), set.send_burst);
     let mut out: Vec<Frame> = Vec::new();
-    let end = loop {
+    let end = 'conn: loop {
         tokio::select! {
             biased;
             closing = device.outbox.next(&mut out) => {
@@ -305,29 +306,28 @@ async fn run(
                 }
             }
             incoming = socket.next(), if device.may_read() => {
-                let msg = match incoming {
-                    Some(Ok(msg)) => msg,
-                    Some(Err(e)) => break read_failure(e),
-                    None => break End::Gone,
-                };
                 silence.as_mut().reset(tokio::time::Instant::now() + heartbeat);
-                match msg {
-                    // Boxed: the frame's work lives on the heap only while it runs, so an idle
-                    // connection's task stays small.
-                    Message::Text(text) => Box::pin(handle(&core, &device, &mut bucket, text.as_str())).await,
-                    Message::Binary(_) => {
-                        telemetry::frame_in("binary");
-                        device.in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                        device.answer(frames::error(None, &Error::new(Code::BadFrame, "frames are JSON text, not binary")));
+                // The frames that arrived together are taken together, so their answers
+                // leave in one write instead of one write each.
+                let mut incoming = incoming;
+                let mut taken = 0;
+                loop {
+                    let msg = match incoming {
+                        Some(Ok(msg)) => msg,
+                        Some(Err(e)) => break 'conn read_failure(e),
+                        None => break 'conn End::Gone,
+                    };
+                    if let Some(end) = take(&core, &device, &mut bucket, &mut socket, write_limit, msg).await {
+                        break 'conn end;
                     }
-                    Message::Close(_) => break End::ClientClosed,
-                    // The WebSocket layer queued the pong: send it now.
-                    Message::Ping(_) => {
-                        if !matches!(tokio::time::timeout(write_limit, socket.flush()).await, Ok(Ok(()))) {
-                            break End::Gone;
-                        }
+                    taken += 1;
+                    if taken == READ_ROUND || !device.may_read() {
+                        break;
                     }
-                    Message::Pong(_) | Message::Frame(_) => {}
+                    match std::future::poll_fn(|cx| Poll::Ready(socket.poll_next_unpin(cx))).await {
+                        Poll::Ready(next) => incoming = next,
+                        Poll::Pending => break,
+                    }
                 }
             }
             () = &mut silence => break End::Close(Close::Heartbeat),
@@ -405,6 +405,47 @@ async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
             }
         }
     }
+}
+
+/// Frames taken from the socket in one round before what they answered is written.
+const READ_ROUND: usize = 32;
+
+/// Acts on one message from the client; `Some` ends the connection.
+async fn take(
+    core: &Arc<Core>,
+    device: &Arc<Device>,
+    bucket: &mut Bucket,
+    socket: &mut Socket,
+    write_limit: Duration,
+    msg: Message,
+) -> Option<End> {
+    match msg {
+        // Boxed: the frame's work lives on the heap only while it runs, so an idle
+        // connection's task stays small.
+        Message::Text(text) => Box::pin(handle(core, device, bucket, text.as_str())).await,
+        Message::Binary(_) => {
+            telemetry::frame_in("binary");
+            device
+                .in_flight
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            device.answer(frames::error(
+                None,
+                &Error::new(Code::BadFrame, "frames are JSON text, not binary"),
+            ));
+        }
+        Message::Close(_) => return Some(End::ClientClosed),
+        // The WebSocket layer queued the pong: send it now.
+        Message::Ping(_) => {
+            if !matches!(
+                tokio::time::timeout(write_limit, socket.flush()).await,
+                Ok(Ok(()))
+            ) {
+                return Some(End::Gone);
+            }
+        }
+        Message::Pong(_) | Message::Frame(_) => {}
+    }
+    None
 }
 
 /// A read the WebSocket layer refused: a frame above four times the frame limit (1009),

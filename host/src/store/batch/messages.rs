@@ -233,24 +233,28 @@ fn write_sql(d: Dialect) -> &'static str {
         // a head that moved fails the call before anything else is written. `OR FAIL`: a
         // failed statement is never undone on its own (the whole transaction is rolled
         // back), so SQLite keeps no statement journal for it. The positions as they were
-        // are read just before they are written.
+        // are read just before they are written. Each array's elements are taken once
+        // into JSONB (`e`, materialized): `json_each`'s `value` is rendered as text anew
+        // for every `->>` that names it (ten times a message, its payload each time).
         Dialect::Sqlite => {
-            "UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.value->>3 \
-             AND version = e.value->>4 THEN e.value->>1 END, unread_acc = e.value->>2, \
-             last_time = CASE WHEN e.value->>5 = 1 THEN $4 ELSE last_time END \
-             FROM json_each($2) e WHERE conversations.conversation_id = e.value->>0; \
+            "WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($2)) \
+             UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.v->>3 \
+             AND version = e.v->>4 THEN e.v->>1 END, unread_acc = e.v->>2, \
+             last_time = CASE WHEN e.v->>5 = 1 THEN $4 ELSE last_time END \
+             FROM e WHERE conversations.conversation_id = e.v->>0; \
              INSERT OR FAIL INTO messages (conversation_id, seq, msg_id, sender_id, \
              client_msg_id, content_type, payload, server_time, counts_unread, unread_acc) \
-             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
-             value->>6, value->>7, value->>8, value->>9 FROM json_each($1); \
+             WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($1)) \
+             SELECT v->>0, v->>1, v->>2, v->>3, v->>4, v->>5, v->>6, v->>7, v->>8, v->>9 \
+             FROM e; \
+             WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($3)) \
              SELECT 0, p.user_id, p.conversation_id, max(p.delivered_seq, p.read_seq) \
-             FROM json_each($3) e \
-             JOIN read_positions p ON p.user_id = e.value->>0 \
-             AND p.conversation_id = e.value->>1 WHERE e.value->>4 > 0; \
+             FROM e JOIN read_positions p ON p.user_id = e.v->>0 \
+             AND p.conversation_id = e.v->>1 WHERE e.v->>4 > 0; \
              INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
              delivered_seq, updated_at) \
-             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, $4 \
-             FROM json_each($3) WHERE true \
+             WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($3)) \
+             SELECT v->>0, v->>1, v->>2, v->>3, v->>4, $4 FROM e WHERE true \
              ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
              read_seq = max(read_positions.read_seq, excluded.read_seq), \
              read_acc = CASE WHEN excluded.read_seq > read_positions.read_seq \

@@ -526,6 +526,29 @@ async fn frames_sent_together_are_each_answered_once_in_order(b: Backend) {
         .collect();
     let sent: Vec<String> = (0..100).step_by(3).map(|i| format!("call-{i}")).collect();
     assert_eq!(calls, sent);
+
+    // Frames and then a close, together: every frame is answered before the close.
+    let frames: Vec<Value> = (0..20)
+        .map(|i| match i % 2 {
+            0 => json!({"type": "send", "id": format!("g{i}"), "clientMsgId": format!("g-{i}"),
+                "conversationType": 1, "conversationId": cid, "contentType": 6,
+                "payload": {"action": "invite", "callId": format!("last-{i}"), "media": "audio"}}),
+            _ => json!({"type": "ping", "id": format!("g{i}")}),
+        })
+        .collect();
+    a.send_together_and_close(&frames).await;
+    for i in 0..20 {
+        let f = a
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("closed before answer {i}"));
+        assert_eq!(f["id"], format!("g{i}"), "answer {i}: {f}");
+    }
+    assert_eq!(
+        a.next().await,
+        None,
+        "the close is answered after the frames"
+    );
 }
 
 async fn overview_entry(s: &Server, u: &User, cid: i64) -> Value {

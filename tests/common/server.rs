@@ -663,6 +663,22 @@ impl Ws {
         self.stream.flush().await.expect("send the frames");
     }
 
+    /// Sends the frames and then a close frame, in one write (as far as the kernel takes
+    /// them).
+    pub async fn send_together_and_close(&mut self, frames: &[Value]) {
+        for f in frames {
+            self.stream
+                .feed(Message::Text(f.to_string().into()))
+                .await
+                .expect("queue a frame");
+        }
+        self.stream
+            .feed(Message::Close(None))
+            .await
+            .expect("queue the close");
+        self.stream.flush().await.expect("send the frames");
+    }
+
     /// `false` if the connection is gone.
     pub async fn try_send(&mut self, frame: &Value) -> bool {
         self.stream

@@ -282,7 +282,7 @@ async fn run(
     tokio::pin!(silence);
     let mut bucket = Bucket::new(f64::from(set.send_rate_per_sec), set.send_burst);
     let mut out: Vec<Frame> = Vec::new();
-    let end = 'conn: loop {
+    let end = loop {
         tokio::select! {
             biased;
             closing = device.outbox.next(&mut out) => {
@@ -308,26 +308,49 @@ async fn run(
             incoming = socket.next(), if device.may_read() => {
                 silence.as_mut().reset(tokio::time::Instant::now() + heartbeat);
                 // The frames that arrived together are taken together, so their answers
-                // leave in one write instead of one write each.
+                // leave in one write instead of one write each. Each frame's answers join
+                // the socket's buffer before the next frame is read: a close read after
+                // them can only follow them.
                 let mut incoming = incoming;
-                let mut taken = 0;
-                loop {
+                let (mut taken, mut bytes) = (0, 0);
+                let ending = loop {
                     let msg = match incoming {
                         Some(Ok(msg)) => msg,
-                        Some(Err(e)) => break 'conn read_failure(e),
-                        None => break 'conn End::Gone,
+                        Some(Err(e)) => break Some(read_failure(e)),
+                        None => break Some(End::Gone),
                     };
+                    bytes += msg.len();
                     if let Some(end) = take(&core, &device, &mut bucket, &mut socket, write_limit, msg).await {
-                        break 'conn end;
+                        break Some(end);
                     }
                     taken += 1;
-                    if taken == READ_ROUND || !device.may_read() {
-                        break;
+                    if let Some(end) = buffer_queued(&mut socket, &device, &mut out, write_limit).await {
+                        break Some(end);
+                    }
+                    // A close waiting (a kick, a slow consumer) is not kept waiting behind
+                    // more frames.
+                    if taken == READ_ROUND
+                        || bytes >= READ_ROUND_BYTES
+                        || !device.may_read()
+                        || device.outbox.closing()
+                    {
+                        break None;
                     }
                     match std::future::poll_fn(|cx| Poll::Ready(socket.poll_next_unpin(cx))).await {
                         Poll::Ready(next) => incoming = next,
-                        Poll::Pending => break,
+                        Poll::Pending => break None,
                     }
+                };
+                // The round's answers go out.
+                let flushed = tokio::select! {
+                    flushed = within(write_limit, std::future::poll_fn(|cx| socket.poll_flush_unpin(cx))) => flushed,
+                    () = device.outbox.overflowed() => break End::Close(Close::SlowConsumer),
+                };
+                if let Some(end) = ending {
+                    break end;
+                }
+                if !matches!(flushed, Ok(Ok(()))) {
+                    break End::Gone;
                 }
             }
             () = &mut silence => break End::Close(Close::Heartbeat),
@@ -407,8 +430,11 @@ async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
     }
 }
 
-/// Frames taken from the socket in one round before what they answered is written.
+/// Frames taken from the socket in one round before what they answered is written, and
+/// the bytes after which a round ends sooner: a round of large frames is one frame, as
+/// every frame was before rounds, so what a round holds at once stays small.
 const READ_ROUND: usize = 32;
+const READ_ROUND_BYTES: usize = 8 * 1024;
 
 /// Acts on one message from the client; `Some` ends the connection.
 async fn take(
@@ -478,6 +504,23 @@ async fn write_all(
     out: &mut Vec<Frame>,
     limit: Duration,
 ) -> Result<Result<(), WsError>, tokio::time::error::Elapsed> {
+    if let Err(e) = buffer_all(socket, out, limit).await? {
+        return Ok(Err(e));
+    }
+    within(
+        limit,
+        std::future::poll_fn(|cx| socket.poll_flush_unpin(cx)),
+    )
+    .await
+}
+
+/// Moves the frames into the socket's buffer, which writes itself out only once it holds
+/// `WRITE_BUFFER` bytes; the same `Err(Elapsed)` as `write_all`.
+async fn buffer_all(
+    socket: &mut Socket,
+    out: &mut Vec<Frame>,
+    limit: Duration,
+) -> Result<Result<(), WsError>, tokio::time::error::Elapsed> {
     for frame in out.drain(..) {
         telemetry::frame_out(frame.text().as_str());
         if let Err(e) = within(
@@ -492,11 +535,29 @@ async fn write_all(
             return Ok(Err(e));
         }
     }
-    within(
-        limit,
-        std::future::poll_fn(|cx| socket.poll_flush_unpin(cx)),
-    )
-    .await
+    Ok(Ok(()))
+}
+
+/// Moves what the connection's outbox holds into the socket's buffer. `Some` ends the
+/// connection: it is gone, stopped reading, or overflowed its outbox meanwhile.
+async fn buffer_queued(
+    socket: &mut Socket,
+    device: &Device,
+    out: &mut Vec<Frame>,
+    limit: Duration,
+) -> Option<End> {
+    if device.outbox.queued() == 0 {
+        return None;
+    }
+    // Returns at once: frames are queued. A close it reports stays for the loop to see.
+    device.outbox.next(out).await;
+    tokio::select! {
+        buffered = buffer_all(socket, out, limit) => match buffered {
+            Ok(Ok(())) => None,
+            _ => Some(End::Gone),
+        },
+        () = device.outbox.overflowed() => Some(End::Close(Close::SlowConsumer)),
+    }
 }
 
 /// `future`'s output, or `Err(Elapsed)` after `limit`; the timer is set only if the

@@ -284,6 +284,11 @@ impl Outbox {
         }
     }
 
+    /// Whether the connection was asked to close.
+    pub fn closing(&self) -> bool {
+        self.state.lock().expect("outbox lock").closing.is_some()
+    }
+
     /// Frames waiting now.
     pub fn queued(&self) -> usize {
         self.state.lock().expect("outbox lock").frames.len()

@@ -487,13 +487,17 @@ async fn frames_sent_together_are_each_answered_once_in_order(b: Backend) {
         .as_i64()
         .unwrap();
     let mut b1 = s.connect(&bob, "phone").await;
-    // A call signal (a live send, answered at once), a ping and a frame of no known type,
-    // over and over: 100 frames, 34 of them sends.
+    // A call signal: a live send, answered at once.
+    let signal = |id: String, call: String| {
+        json!({"type": "send", "id": id, "clientMsgId": format!("c-{id}"),
+            "conversationType": 1, "conversationId": cid, "contentType": 6,
+            "payload": {"action": "invite", "callId": call, "media": "audio"}})
+    };
+    // A call signal, a ping and a frame of no known type, over and over: 100 frames, 34
+    // of them sends.
     let frames: Vec<Value> = (0..100)
         .map(|i| match i % 3 {
-            0 => json!({"type": "send", "id": format!("f{i}"), "clientMsgId": format!("c-{i}"),
-                "conversationType": 1, "conversationId": cid, "contentType": 6,
-                "payload": {"action": "invite", "callId": format!("call-{i}"), "media": "audio"}}),
+            0 => signal(format!("f{i}"), format!("call-{i}")),
             1 => json!({"type": "ping", "id": format!("f{i}")}),
             _ => json!({"type": "nope", "id": format!("f{i}")}),
         })
@@ -527,12 +531,13 @@ async fn frames_sent_together_are_each_answered_once_in_order(b: Backend) {
     let sent: Vec<String> = (0..100).step_by(3).map(|i| format!("call-{i}")).collect();
     assert_eq!(calls, sent);
 
+    // A WebSocket ping is answered with its pong.
+    assert!(a.ping_pong(b"are you there").await.is_empty());
+
     // Frames and then a close, together: every frame is answered before the close.
     let frames: Vec<Value> = (0..20)
         .map(|i| match i % 2 {
-            0 => json!({"type": "send", "id": format!("g{i}"), "clientMsgId": format!("g-{i}"),
-                "conversationType": 1, "conversationId": cid, "contentType": 6,
-                "payload": {"action": "invite", "callId": format!("last-{i}"), "media": "audio"}}),
+            0 => signal(format!("g{i}"), format!("last-{i}")),
             _ => json!({"type": "ping", "id": format!("g{i}")}),
         })
         .collect();

@@ -654,29 +654,48 @@ impl Ws {
 
     /// Sends the frames in one write (as far as the kernel takes them).
     pub async fn send_together(&mut self, frames: &[Value]) {
-        for f in frames {
-            self.stream
-                .feed(Message::Text(f.to_string().into()))
-                .await
-                .expect("queue a frame");
-        }
+        self.feed_all(frames).await;
         self.stream.flush().await.expect("send the frames");
     }
 
     /// Sends the frames and then a close frame, in one write (as far as the kernel takes
     /// them).
     pub async fn send_together_and_close(&mut self, frames: &[Value]) {
+        self.feed_all(frames).await;
+        self.stream
+            .send(Message::Close(None))
+            .await
+            .expect("send the frames and the close");
+    }
+
+    /// Sends a WebSocket ping and waits for its pong; the text frames before it are
+    /// returned.
+    pub async fn ping_pong(&mut self, data: &'static [u8]) -> Vec<Value> {
+        self.stream
+            .send(Message::Ping(data.into()))
+            .await
+            .expect("send a ping");
+        let mut before = Vec::new();
+        loop {
+            match tokio::time::timeout(WAIT, self.stream.next()).await {
+                Ok(Some(Ok(Message::Pong(d)))) if d.as_ref() == data => return before,
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    before.push(serde_json::from_str(t.as_str()).expect("JSON frame"))
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("no pong to the ping: {other:?}"),
+            }
+        }
+    }
+
+    /// Queues the frames without sending them.
+    async fn feed_all(&mut self, frames: &[Value]) {
         for f in frames {
             self.stream
                 .feed(Message::Text(f.to_string().into()))
                 .await
                 .expect("queue a frame");
         }
-        self.stream
-            .feed(Message::Close(None))
-            .await
-            .expect("queue the close");
-        self.stream.flush().await.expect("send the frames");
     }
 
     /// `false` if the connection is gone.

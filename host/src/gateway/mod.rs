@@ -320,20 +320,16 @@ async fn run(
                         None => break Some(End::Gone),
                     };
                     bytes += msg.len();
-                    if let Some(end) = take(&core, &device, &mut bucket, &mut socket, write_limit, msg).await {
+                    if let Some(end) = take(&core, &device, &mut bucket, msg).await {
                         break Some(end);
                     }
                     taken += 1;
+                    // A close waiting (a kick, a slow consumer) ends the round, after what
+                    // was queued before it.
                     if let Some(end) = buffer_queued(&mut socket, &device, &mut out, write_limit).await {
                         break Some(end);
                     }
-                    // A close waiting (a kick, a slow consumer) is not kept waiting behind
-                    // more frames.
-                    if taken == READ_ROUND
-                        || bytes >= READ_ROUND_BYTES
-                        || !device.may_read()
-                        || device.outbox.closing()
-                    {
+                    if taken == READ_ROUND || bytes >= READ_ROUND_BYTES || !device.may_read() {
                         break None;
                     }
                     match std::future::poll_fn(|cx| Poll::Ready(socket.poll_next_unpin(cx))).await {
@@ -341,16 +337,16 @@ async fn run(
                         Poll::Pending => break None,
                     }
                 };
-                // The round's answers go out.
+                // The round's answers go out (and the pong of a ping the round read).
                 let flushed = tokio::select! {
                     flushed = within(write_limit, std::future::poll_fn(|cx| socket.poll_flush_unpin(cx))) => flushed,
                     () = device.outbox.overflowed() => break End::Close(Close::SlowConsumer),
                 };
-                if let Some(end) = ending {
-                    break end;
-                }
                 if !matches!(flushed, Ok(Ok(()))) {
                     break End::Gone;
+                }
+                if let Some(end) = ending {
+                    break end;
                 }
             }
             () = &mut silence => break End::Close(Close::Heartbeat),
@@ -441,8 +437,6 @@ async fn take(
     core: &Arc<Core>,
     device: &Arc<Device>,
     bucket: &mut Bucket,
-    socket: &mut Socket,
-    write_limit: Duration,
     msg: Message,
 ) -> Option<End> {
     match msg {
@@ -460,16 +454,8 @@ async fn take(
             ));
         }
         Message::Close(_) => return Some(End::ClientClosed),
-        // The WebSocket layer queued the pong: send it now.
-        Message::Ping(_) => {
-            if !matches!(
-                tokio::time::timeout(write_limit, socket.flush()).await,
-                Ok(Ok(()))
-            ) {
-                return Some(End::Gone);
-            }
-        }
-        Message::Pong(_) | Message::Frame(_) => {}
+        // The WebSocket layer queued the pong: the round's flush sends it.
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
     }
     None
 }
@@ -539,24 +525,22 @@ async fn buffer_all(
 }
 
 /// Moves what the connection's outbox holds into the socket's buffer. `Some` ends the
-/// connection: it is gone, stopped reading, or overflowed its outbox meanwhile.
+/// connection: it is gone, stopped reading, overflowed its outbox meanwhile, or was asked
+/// to close.
 async fn buffer_queued(
     socket: &mut Socket,
     device: &Device,
     out: &mut Vec<Frame>,
     limit: Duration,
 ) -> Option<End> {
-    if device.outbox.queued() == 0 {
-        return None;
-    }
-    // Returns at once: frames are queued. A close it reports stays for the loop to see.
-    device.outbox.next(out).await;
-    tokio::select! {
-        buffered = buffer_all(socket, out, limit) => match buffered {
-            Ok(Ok(())) => None,
-            _ => Some(End::Gone),
-        },
-        () = device.outbox.overflowed() => Some(End::Close(Close::SlowConsumer)),
+    let closing = device.outbox.try_next(out)?;
+    let buffered = tokio::select! {
+        buffered = buffer_all(socket, out, limit) => buffered,
+        () = device.outbox.overflowed() => return Some(End::Close(Close::SlowConsumer)),
+    };
+    match buffered {
+        Ok(Ok(())) => closing.map(End::Close),
+        _ => Some(End::Gone),
     }
 }
 

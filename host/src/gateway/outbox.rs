@@ -257,19 +257,25 @@ impl Outbox {
     /// close. Cancel-safe.
     pub async fn next(&self, into: &mut Vec<Frame>) -> Option<Close> {
         loop {
-            {
-                let mut s = self.state.lock().expect("outbox lock");
-                if !s.frames.is_empty() || s.closing.is_some() {
-                    into.extend(s.frames.drain(..).map(|(_, f)| f));
-                    s.latest = 0;
-                    s.writing_bytes = s.queued_bytes;
-                    s.queued_bytes = 0;
-                    return s.closing;
-                }
-                s.writing_bytes = 0;
+            if let Some(closing) = self.try_next(into) {
+                return closing;
             }
             self.ready.notified().await;
         }
+    }
+
+    /// `next` without the wait: `None` while nothing is queued and no close waits.
+    pub fn try_next(&self, into: &mut Vec<Frame>) -> Option<Option<Close>> {
+        let mut s = self.state.lock().expect("outbox lock");
+        if !s.frames.is_empty() || s.closing.is_some() {
+            into.extend(s.frames.drain(..).map(|(_, f)| f));
+            s.latest = 0;
+            s.writing_bytes = s.queued_bytes;
+            s.queued_bytes = 0;
+            return Some(s.closing);
+        }
+        s.writing_bytes = 0;
+        None
     }
 
     /// Resolves once the outbox overflowed (the connection closes as a slow consumer).
@@ -282,11 +288,6 @@ impl Outbox {
             // taken here is never lost to it.
             self.ready.notified().await;
         }
-    }
-
-    /// Whether the connection was asked to close.
-    pub fn closing(&self) -> bool {
-        self.state.lock().expect("outbox lock").closing.is_some()
     }
 
     /// Frames waiting now.

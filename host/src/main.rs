@@ -159,6 +159,64 @@ fn init_log(log: courier::config::LogConfig) {
     }
 }
 
+/// SQLite allocates through jemalloc too. It is C and calls the C library's malloc on its
+/// own, and glibc kept for good what a batch's write with large payloads had taken in its
+/// arenas; jemalloc gives it back within a second like the rest of the server's memory
+/// (ARCHITECTURE.md, Decisions). SQLite's memory statistics are off: they take a global
+/// lock on every allocation and nothing reads them. Runs before the server's first use of
+/// SQLite: `sqlite3_config` refuses after it.
+#[allow(unsafe_code)]
+fn sqlite_allocates_through_jemalloc() {
+    use libsqlite3_sys as sqlite;
+    use std::os::raw::{c_int, c_void};
+    use tikv_jemalloc_sys as je;
+
+    // SAFETY (the seven): SQLite's allocator contract. It asks for n > 0 bytes, frees,
+    // resizes and sizes only blocks these returned; jemalloc's blocks are 16-byte aligned
+    // (SQLite needs 8).
+    unsafe extern "C" fn malloc(n: c_int) -> *mut c_void {
+        unsafe { je::malloc(n as usize) }
+    }
+    unsafe extern "C" fn free(p: *mut c_void) {
+        unsafe { je::free(p) }
+    }
+    unsafe extern "C" fn realloc(p: *mut c_void, n: c_int) -> *mut c_void {
+        unsafe { je::realloc(p, n as usize) }
+    }
+    unsafe extern "C" fn size(p: *mut c_void) -> c_int {
+        unsafe { je::malloc_usable_size(p) as c_int }
+    }
+    unsafe extern "C" fn roundup(n: c_int) -> c_int {
+        unsafe { je::nallocx(n as usize, 0) as c_int }
+    }
+    unsafe extern "C" fn init(_: *mut c_void) -> c_int {
+        sqlite::SQLITE_OK
+    }
+    unsafe extern "C" fn shutdown(_: *mut c_void) {}
+    let methods = sqlite::sqlite3_mem_methods {
+        xMalloc: Some(malloc),
+        xFree: Some(free),
+        xRealloc: Some(realloc),
+        xSize: Some(size),
+        xRoundup: Some(roundup),
+        xInit: Some(init),
+        xShutdown: Some(shutdown),
+        pAppData: std::ptr::null_mut(),
+    };
+    let off: c_int = 0;
+    // SAFETY: no SQLite call came before, and none runs meanwhile (the server's runtime is
+    // not started yet); SQLite copies the methods.
+    let (malloc, stats) = unsafe {
+        (
+            sqlite::sqlite3_config(sqlite::SQLITE_CONFIG_MALLOC, &raw const methods),
+            sqlite::sqlite3_config(sqlite::SQLITE_CONFIG_MEMSTATUS, off),
+        )
+    };
+    if malloc != sqlite::SQLITE_OK || stats != sqlite::SQLITE_OK {
+        tracing::warn!(malloc, stats, "SQLite keeps the C library's allocator");
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The server's log takes its format from the config (read again, and checked, by
@@ -172,6 +230,7 @@ fn main() -> ExitCode {
     init_log(log);
     match cli.command {
         Command::Serve { config } => {
+            sqlite_allocates_through_jemalloc();
             let rt = match tokio::runtime::Runtime::new() {
                 Ok(rt) => rt,
                 Err(e) => {

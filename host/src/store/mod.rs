@@ -342,8 +342,14 @@ impl Store {
             // transaction keeps the pages it changes in a statement journal, which SQLite
             // spills to a new temporary file past 64 KiB — a batch of sends in as many
             // conversations does, so every commit created, wrote and deleted a file.
+            // A new database gets 2 KiB pages (an existing one keeps its own; the size is
+            // set before WAL mode writes the first page): a commit writes every page it
+            // changed whole into the log, and a batch of sends in as many conversations
+            // changes a leaf of each conversation's messages and of the resend index, so
+            // smaller pages write less (ARCHITECTURE.md, Decisions).
             let pragmas = format!(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync}; \
+                "PRAGMA page_size = 2048; PRAGMA journal_mode = WAL; \
+                 PRAGMA synchronous = {sync}; \
                  PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON; \
                  PRAGMA temp_store = MEMORY;"
             );
@@ -782,6 +788,42 @@ mod tests {
             .unwrap();
         tx.commit().await.unwrap();
         assert_eq!(count().await, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A new SQLite database gets 2 KiB pages; a file made with another page size keeps it,
+    /// and opens and migrates as before.
+    #[tokio::test]
+    async fn a_new_database_has_2_kib_pages_and_an_older_file_keeps_its_own() {
+        let dir = std::env::temp_dir().join(format!("courier-page-size-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let open = |file: &str| {
+            let cfg = StorageConfig {
+                url: format!("sqlite://{}/{file}", dir.display()),
+                ..StorageConfig::default()
+            };
+            async move { Store::open(&cfg).await.unwrap() }
+        };
+        let page_size = |store: Store| async move {
+            let n: i64 = sqlx::query_scalar("PRAGMA page_size")
+                .fetch_one(store.write())
+                .await
+                .unwrap();
+            // Migrated: the table is there.
+            sqlx::query("SELECT COUNT(*) FROM server_secrets")
+                .fetch_one(store.write())
+                .await
+                .expect("the migrations' tables");
+            n
+        };
+        assert_eq!(page_size(open("new.db").await).await, 2048);
+        let old = format!("sqlite://{}/old.db?mode=rwc", dir.display());
+        let mut conn = sqlx::AnyConnection::connect(&old).await.unwrap();
+        conn.execute("PRAGMA page_size = 4096; CREATE TABLE made_before (x INTEGER)")
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        assert_eq!(page_size(open("old.db").await).await, 4096);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -23,7 +23,8 @@
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
 //! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
 //! `BENCH_REPEAT=5` runs the
-//! latency phase five times. Each timed phase also prints the server's CPU per delivered
+//! latency phase five times, and `BENCH_LAT_BYTES=600` pads its messages' text to about
+//! that many bytes (default: the send time alone, about 10). Each timed phase also prints the server's CPU per delivered
 //! message (from `/proc`, user + system) and its RSS after. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
@@ -141,6 +142,16 @@ async fn latency(
         convs.push((a, b, cid));
     }
     let per_sender = rate as f64 / PAIRS as f64;
+    // The send time, then padding up to `BENCH_LAT_BYTES`.
+    let pad: usize = std::env::var("BENCH_LAT_BYTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let padding = if pad > 12 {
+        format!(" {}", "x".repeat(pad - 12))
+    } else {
+        String::new()
+    };
     // One more second at the start, not counted: connections and statements warm up.
     let total_each = (per_sender * (secs + 1.0)) as u64;
     let mut receivers = Vec::new();
@@ -158,6 +169,7 @@ async fn latency(
                         if v["type"] == "notify"
                             && let Some(sent) = v["payload"]["text"]
                                 .as_str()
+                                .and_then(|s| s.split(' ').next())
                                 .and_then(|s| s.parse::<f64>().ok())
                         {
                             lat.push((sent, now - sent));
@@ -175,6 +187,7 @@ async fn latency(
             lat
         }));
         let addr = addr.to_string();
+        let padding = padding.clone();
         senders.push(tokio::spawn(async move {
             let ws = connect(&addr, &a, "s").await;
             let (mut sink, mut stream) = ws.split();
@@ -190,7 +203,7 @@ async fn latency(
             .await;
             for n in 0..total_each {
                 tick.tick().await;
-                let sent = format!("{:.3}", epoch.elapsed().as_secs_f64() * 1000.0);
+                let sent = format!("{:.3}{padding}", epoch.elapsed().as_secs_f64() * 1000.0);
                 sink.send(frame(&format!("l{i}-{n}"), &to, 1, json!({"text": sent})))
                     .await
                     .unwrap();

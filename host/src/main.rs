@@ -171,9 +171,11 @@ fn sqlite_allocates_through_jemalloc() {
     use std::os::raw::{c_int, c_void};
     use tikv_jemalloc_sys as je;
 
-    // SAFETY (the seven): SQLite's allocator contract. It asks for n > 0 bytes, frees,
-    // resizes and sizes only blocks these returned; jemalloc's blocks are 16-byte aligned
-    // (SQLite needs 8).
+    // SAFETY (the seven): SQLite's allocator contract. It asks for n > 0 bytes (below
+    // 2 GiB, each size first rounded up by `roundup`), frees, resizes and sizes only blocks
+    // these returned, never NULL; jemalloc's blocks are at least 8-byte aligned, as SQLite
+    // needs. A size past `c_int` (a request over 1.75 GiB takes a 2 GiB block) is told
+    // as `c_int::MAX`: still at least what was asked.
     unsafe extern "C" fn malloc(n: c_int) -> *mut c_void {
         unsafe { je::malloc(n as usize) }
     }
@@ -184,10 +186,10 @@ fn sqlite_allocates_through_jemalloc() {
         unsafe { je::realloc(p, n as usize) }
     }
     unsafe extern "C" fn size(p: *mut c_void) -> c_int {
-        unsafe { je::malloc_usable_size(p) as c_int }
+        c_int::try_from(unsafe { je::malloc_usable_size(p) }).unwrap_or(c_int::MAX)
     }
     unsafe extern "C" fn roundup(n: c_int) -> c_int {
-        unsafe { je::nallocx(n as usize, 0) as c_int }
+        c_int::try_from(unsafe { je::nallocx(n as usize, 0) }).unwrap_or(c_int::MAX)
     }
     unsafe extern "C" fn init(_: *mut c_void) -> c_int {
         sqlite::SQLITE_OK
@@ -212,8 +214,11 @@ fn sqlite_allocates_through_jemalloc() {
             sqlite::sqlite3_config(sqlite::SQLITE_CONFIG_MEMSTATUS, off),
         )
     };
-    if malloc != sqlite::SQLITE_OK || stats != sqlite::SQLITE_OK {
-        tracing::warn!(malloc, stats, "SQLite keeps the C library's allocator");
+    if malloc != sqlite::SQLITE_OK {
+        tracing::warn!(code = malloc, "SQLite keeps the C library's allocator");
+    }
+    if stats != sqlite::SQLITE_OK {
+        tracing::warn!(code = stats, "SQLite keeps its memory statistics");
     }
 }
 

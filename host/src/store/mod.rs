@@ -372,8 +372,9 @@ impl Store {
                     .connect_with(options.clone())
             };
             // The writer first: it sets WAL mode before any reader opens the file. It leaves
-            // checkpoints to the background task below unless the log grows past 40 MB, so
-            // a commit rarely pays for copying the log into the database.
+            // checkpoints to the background task below unless the log grows past 10,000
+            // pages (20 MB with 2 KiB pages, 40 MB in an older file's 4 KiB ones), so a
+            // commit rarely pays for copying the log into the database.
             let write = pool(1, WRITER_PRAGMAS).await.map_err(open_err)?;
             let read = pool(cfg.max_connections, "").await.map_err(open_err)?;
             tokio::spawn(checkpoints(read.clone()));
@@ -819,9 +820,12 @@ mod tests {
         assert_eq!(page_size(open("new.db").await).await, 2048);
         let old = format!("sqlite://{}/old.db?mode=rwc", dir.display());
         let mut conn = sqlx::AnyConnection::connect(&old).await.unwrap();
-        conn.execute("PRAGMA page_size = 4096; CREATE TABLE made_before (x INTEGER)")
-            .await
-            .unwrap();
+        conn.execute(
+            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; \
+             CREATE TABLE made_before (x INTEGER)",
+        )
+        .await
+        .unwrap();
         conn.close().await.unwrap();
         assert_eq!(page_size(open("old.db").await).await, 4096);
         let _ = std::fs::remove_dir_all(&dir);

@@ -22,10 +22,10 @@
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
 //! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
-//! `BENCH_REPEAT=5` runs the
-//! latency phase five times, and `BENCH_LAT_BYTES=600` pads its messages' text to about
-//! that many bytes (default: the send time alone, about 10). Each timed phase also prints the server's CPU per delivered
-//! message (from `/proc`, user + system) and its RSS after. The server and its database are the
+//! `BENCH_REPEAT=5` runs the latency phase five times, and `BENCH_LAT_BYTES=600` pads its
+//! messages' text to about that many bytes (default: the send time alone, about 10). Each
+//! timed phase also prints the server's CPU per delivered message (from `/proc`, user +
+//! system) and its RSS after. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time (the `mega` phase's too: 10,000 users made

@@ -286,20 +286,8 @@ async fn run(
         tokio::select! {
             biased;
             closing = device.outbox.next(&mut out) => {
-                // A reader that overflows its outbox while a write waits on it is closed at
-                // once: its queue is gone (and the memory of what it held); only the frame
-                // being written remains, then the close frame.
-                let written = tokio::select! {
-                    written = write_all(&mut socket, &mut out, write_limit) => written,
-                    () = device.outbox.overflowed() => break End::Close(Close::SlowConsumer),
-                };
-                match written {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => break End::Gone,
-                    Err(_) => {
-                        tracing::debug!(user = %device.user_id, device = %device.device_id, "dropping the connection: it stopped reading");
-                        break End::Gone;
-                    }
+                if let Some(end) = send(&mut socket, &device, &mut out, write_limit).await {
+                    break end;
                 }
                 if let Some(why) = closing {
                     break End::Close(why);
@@ -338,12 +326,8 @@ async fn run(
                     }
                 };
                 // The round's answers go out (and the pong of a ping the round read).
-                let flushed = tokio::select! {
-                    flushed = within(write_limit, std::future::poll_fn(|cx| socket.poll_flush_unpin(cx))) => flushed,
-                    () = device.outbox.overflowed() => break End::Close(Close::SlowConsumer),
-                };
-                if !matches!(flushed, Ok(Ok(()))) {
-                    break End::Gone;
+                if let Some(end) = send(&mut socket, &device, &mut out, write_limit).await {
+                    break end;
                 }
                 if let Some(end) = ending {
                     break end;
@@ -498,6 +482,30 @@ async fn write_all(
         std::future::poll_fn(|cx| socket.poll_flush_unpin(cx)),
     )
     .await
+}
+
+/// Writes the frames and what the socket's buffer holds. `Some` ends the connection: it is
+/// gone or stopped reading, or it overflowed its outbox meanwhile. Such a reader is closed
+/// at once: its queue is gone (and the memory of what it held); only the frame being
+/// written remains, then the close frame.
+async fn send(
+    socket: &mut Socket,
+    device: &Device,
+    out: &mut Vec<Frame>,
+    limit: Duration,
+) -> Option<End> {
+    let written = tokio::select! {
+        written = write_all(socket, out, limit) => written,
+        () = device.outbox.overflowed() => return Some(End::Close(Close::SlowConsumer)),
+    };
+    match written {
+        Ok(Ok(())) => None,
+        Ok(Err(_)) => Some(End::Gone),
+        Err(_) => {
+            tracing::debug!(user = %device.user_id, device = %device.device_id, "dropping the connection: it stopped reading");
+            Some(End::Gone)
+        }
+    }
 }
 
 /// Moves the frames into the socket's buffer, which writes itself out only once it holds

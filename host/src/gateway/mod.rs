@@ -484,18 +484,27 @@ async fn write_all(
     .await
 }
 
-/// Writes the frames and what the socket's buffer holds. `Some` ends the connection: it is
-/// gone or stopped reading, or it overflowed its outbox meanwhile. Such a reader is closed
-/// at once: its queue is gone (and the memory of what it held); only the frame being
-/// written remains, then the close frame.
+/// Writes the frames and what the socket's buffer holds. `Some` ends the connection
+/// (`ended`).
 async fn send(
     socket: &mut Socket,
     device: &Device,
     out: &mut Vec<Frame>,
     limit: Duration,
 ) -> Option<End> {
+    ended(device, write_all(socket, out, limit)).await
+}
+
+/// Runs a write to the connection's socket. `Some` ends the connection: it is gone or
+/// stopped reading, or it overflowed its outbox meanwhile. Such a reader is closed at
+/// once: its queue is gone (and the memory of what it held); only the frame being written
+/// remains, then the close frame.
+async fn ended(
+    device: &Device,
+    write: impl std::future::Future<Output = Result<Result<(), WsError>, tokio::time::error::Elapsed>>,
+) -> Option<End> {
     let written = tokio::select! {
-        written = write_all(socket, out, limit) => written,
+        written = write => written,
         () = device.outbox.overflowed() => return Some(End::Close(Close::SlowConsumer)),
     };
     match written {
@@ -542,14 +551,9 @@ async fn buffer_queued(
     limit: Duration,
 ) -> Option<End> {
     let closing = device.outbox.try_next(out)?;
-    let buffered = tokio::select! {
-        buffered = buffer_all(socket, out, limit) => buffered,
-        () = device.outbox.overflowed() => return Some(End::Close(Close::SlowConsumer)),
-    };
-    match buffered {
-        Ok(Ok(())) => closing.map(End::Close),
-        _ => Some(End::Gone),
-    }
+    ended(device, buffer_all(socket, out, limit))
+        .await
+        .or_else(|| closing.map(End::Close))
 }
 
 /// `future`'s output, or `Err(Elapsed)` after `limit`; the timer is set only if the

@@ -25,7 +25,9 @@
 //! `BENCH_REPEAT=5` runs the latency phase five times, and `BENCH_LAT_BYTES=600` pads its
 //! messages' text to about that many bytes (default: the send time alone, about 10). Each
 //! timed phase also prints the server's CPU per delivered message (from `/proc`, user +
-//! system) and its RSS after. The server and its database are the
+//! system) and its RSS after; each latency run what else the machine did meanwhile (other
+//! processes' CPU, iowait, and steal: CPU time the hypervisor gave to another machine,
+//! which both the server and the load generator lost). The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time (the `mega` phase's too: 10,000 users made
@@ -1058,18 +1060,21 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         let mut cpus = Vec::new();
         for run in 0..runs {
             let cpu = CpuMeter::start(pid);
+            let machine = MachineMeter::start(pid);
             let before = scrape(&server.addr).await;
             let (l, received) =
                 latency(&server.addr, &format!("lat{run}"), 5000, secs, false).await;
             cpus.push(cpu.per(received));
+            let machine = machine.read();
             let commits = commits_between(&before, &scrape(&server.addr).await);
             eprintln!(
-                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits})",
+                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits}; {machine})",
                 run + 1,
                 l.shown(),
                 l.n
             );
-            shown.push(l.shown());
+            // Time taken by the hypervisor is time the load and the server both lost.
+            shown.push(format!("{} (steal {} ms)", l.shown(), machine.steal_ms));
         }
         out.record(name, pid, "lat", shown.join("; "), Cpu::mean(&cpus));
     }
@@ -1281,7 +1286,7 @@ fn main() {
         ("tp256", "persistent 1:1, 256 senders, acked msgs/s"),
         (
             "lat",
-            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run)",
+            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run; steal: CPU the hypervisor gave elsewhere)",
         ),
         (
             "pp-stored",

@@ -174,6 +174,79 @@ impl CpuMeter {
     }
 }
 
+/// The whole machine over a run (`/proc/stat`): where the CPU went besides the server,
+/// PostgreSQL and this load generator, and the time the CPUs waited for the disk or for
+/// the hypervisor — what makes one run of a timed phase unlike the next.
+pub struct MachineMeter {
+    start: [u64; 3],
+    ours: u64,
+    pid: u32,
+}
+
+impl MachineMeter {
+    pub fn start(pid: u32) -> MachineMeter {
+        MachineMeter {
+            start: machine_ticks(),
+            ours: Self::ours(pid),
+            pid,
+        }
+    }
+
+    /// CPU of the server, PostgreSQL and this process, µs.
+    fn ours(pid: u32) -> u64 {
+        cpu_micros(pid) + postgres_cpu_micros() + cpu_micros(std::process::id())
+    }
+
+    /// What the machine did since `start` (ticks of 10 ms, summed over the CPUs).
+    pub fn read(&self) -> Machine {
+        let [busy, iowait, steal] = machine_ticks();
+        let [busy0, iowait0, steal0] = self.start;
+        let busy_us = busy.saturating_sub(busy0) * 10_000;
+        let ours = Self::ours(self.pid).saturating_sub(self.ours);
+        Machine {
+            others_ms: busy_us.saturating_sub(ours) / 1000,
+            iowait_ms: iowait.saturating_sub(iowait0) * 10,
+            steal_ms: steal.saturating_sub(steal0) * 10,
+        }
+    }
+}
+
+/// A run's machine, ms summed over the CPUs: CPU of other processes (what the machine was
+/// busy with minus the server's, PostgreSQL's and the load generator's), time the CPUs
+/// were idle waiting for the disk, and time the hypervisor gave them to another machine.
+pub struct Machine {
+    pub others_ms: u64,
+    pub iowait_ms: u64,
+    pub steal_ms: u64,
+}
+
+impl std::fmt::Display for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "others {} ms CPU, iowait {} ms, steal {} ms",
+            self.others_ms, self.iowait_ms, self.steal_ms
+        )
+    }
+}
+
+/// The machine's CPU ticks since boot: [busy (user, nice, system, irq, softirq), iowait,
+/// steal].
+fn machine_ticks() -> [u64; 3] {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return [0; 3];
+    };
+    let t: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| t.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal
+    [at(0) + at(1) + at(2) + at(5) + at(6), at(4), at(7)]
+}
+
 /// CPU used by every `postgres` process on this machine, with the children they reaped
 /// (connections that ended), µs.
 pub fn postgres_cpu_micros() -> u64 {

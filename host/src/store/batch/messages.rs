@@ -36,7 +36,8 @@ pub struct Writes<'a> {
 pub struct Written {
     /// Its statement ended the transaction (`closing`).
     pub committed: bool,
-    /// The delivered positions it moved: (user, conversation) → where to.
+    /// The delivered positions it moved that a `received` asked to move: (user,
+    /// conversation) → where to.
     pub delivered: HashMap<(String, i64), i64>,
     /// Where the delivered positions it was asked to move are now, moved or not (a read
     /// position counts as delivered).
@@ -124,8 +125,9 @@ pub async fn write(
             .fetch_all(&mut *conn)
             .await
             .map_err(classify)?;
-        // (0 before or 1 after, user, conversation, delivered): where the positions were
-        // (a read counting as delivered), and where those the upsert wrote are.
+        // (0 before or 1 after, user, conversation, delivered): where the positions a
+        // `received` asked to move were (a read counting as delivered), and where those
+        // the upsert wrote are.
         let mut after: Vec<((String, i64), i64)> = Vec::new();
         for row in rows {
             let key = (row.try_get::<String, _>(1)?, row.try_get::<i64, _>(2)?);
@@ -134,7 +136,9 @@ pub async fn write(
                 0 => {
                     written.positions.insert(key, at);
                 }
-                _ => after.push((key, at)),
+                // A read's move is answered by nothing.
+                _ if w.delivered.contains_key(&key) => after.push((key, at)),
+                _ => {}
             }
         }
         for (key, at) in after {
@@ -158,35 +162,38 @@ pub async fn write(
 }
 
 /// The position rows of a write: (user, conversation, read seq, its running count,
-/// delivered seq), 0 where the batch moves only the other; a read delivers too.
+/// delivered seq, 1 where a `received` asked for it), 0 where the batch moves only the
+/// other; a read delivers too. Only a `received` is answered with where the position is
+/// (`Written::positions`), so only its rows are looked up before the write.
 fn positions<'a>(
     reads: &'a HashMap<(String, i64), (i64, i64)>,
     delivered: &'a HashMap<(String, i64), i64>,
-) -> Vec<(&'a str, i64, i64, i64, i64)> {
-    let mut rows: HashMap<(&str, i64), (i64, i64, i64)> = HashMap::new();
+) -> Vec<(&'a str, i64, i64, i64, i64, i64)> {
+    let mut rows: HashMap<(&str, i64), (i64, i64, i64, i64)> = HashMap::new();
     for ((user, conversation), (seq, acc)) in reads {
-        rows.insert((user.as_str(), *conversation), (*seq, *acc, *seq));
+        rows.insert((user.as_str(), *conversation), (*seq, *acc, *seq, 0));
     }
     for ((user, conversation), seq) in delivered {
         let row = rows
             .entry((user.as_str(), *conversation))
-            .or_insert((0, 0, 0));
+            .or_insert((0, 0, 0, 0));
         row.2 = row.2.max(*seq);
+        row.3 = 1;
     }
     rows.into_iter()
-        .map(|((user, conversation), (seq, acc, delivered))| {
-            (user, conversation, seq, acc, delivered)
+        .map(|((user, conversation), (seq, acc, at, asked))| {
+            (user, conversation, seq, acc, at, asked)
         })
         .collect()
 }
 
 /// The statement of `write`: `$1` messages, `$2` heads (id, last seq, count, the last seq
 /// and version as read, moved), `$3` positions (user, conversation, read seq, its count,
-/// delivered seq), `$4` now, `$5` the heads' ids (PostgreSQL). A head whose last seq or
+/// delivered seq, 1 if a `received` asked), `$4` now, `$5` the heads' ids (PostgreSQL). A head whose last seq or
 /// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
-/// statement (`BatchError::Stale`). It answers where the delivered positions it was asked
-/// to move were (kind 0: the greater of delivered and read) and where those it wrote are
-/// (kind 1).
+/// statement (`BatchError::Stale`). It answers where the delivered positions a `received`
+/// asked to move were (kind 0: the greater of delivered and read) and where every position
+/// it wrote is (kind 1).
 fn write_sql(d: Dialect) -> &'static str {
     match d {
         // One statement: the inserts and the update run as data-modifying CTEs; the
@@ -211,7 +218,7 @@ fn write_sql(d: Dialect) -> &'static str {
              (SELECT user_id, conversation_id, GREATEST(delivered_seq, read_seq) AS delivered \
              FROM read_positions \
              WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) \
-             AND CAST(e->>4 AS BIGINT) > 0 OFFSET 0) p), \
+             AND e->>5 = '1' OFFSET 0) p), \
              moved AS (INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
              delivered_seq, updated_at) \
              SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), CAST(e->>3 AS BIGINT), \
@@ -250,7 +257,7 @@ fn write_sql(d: Dialect) -> &'static str {
              WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($3)) \
              SELECT 0, p.user_id, p.conversation_id, max(p.delivered_seq, p.read_seq) \
              FROM e JOIN read_positions p ON p.user_id = e.v->>0 \
-             AND p.conversation_id = e.v->>1 WHERE e.v->>4 > 0; \
+             AND p.conversation_id = e.v->>1 WHERE e.v->>5 = 1; \
              INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
              delivered_seq, updated_at) \
              WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($3)) \

@@ -22,7 +22,8 @@
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
 //! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
-//! `BENCH_REPEAT=5` runs the latency phase five times, and `BENCH_LAT_BYTES=600` pads its
+//! `BENCH_REPEAT=5` runs the latency phase five times (the summary adds the median of their
+//! p99s), and `BENCH_LAT_BYTES=600` pads its
 //! messages' text to about that many bytes (default: the send time alone, about 10). Each
 //! timed phase also prints the server's CPU per delivered message (from `/proc`, user +
 //! system) and its RSS after; each latency run what else the machine did meanwhile (other
@@ -1058,6 +1059,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             .unwrap_or(1);
         let mut shown = Vec::new();
         let mut cpus = Vec::new();
+        let mut p99s = Vec::new();
         for run in 0..runs {
             let cpu = CpuMeter::start(pid);
             let machine = MachineMeter::start(pid);
@@ -1075,6 +1077,11 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             );
             // Time taken by the hypervisor is time the load and the server both lost.
             shown.push(format!("{} (steal {} ms)", l.shown(), machine.steal_ms));
+            p99s.push(l.p99);
+        }
+        if runs > 1 {
+            p99s.sort_by(f64::total_cmp);
+            shown.push(format!("median p99 {:.2} ms", percentile(&p99s, 0.5)));
         }
         out.record(name, pid, "lat", shown.join("; "), Cpu::mean(&cpus));
     }

@@ -26,8 +26,8 @@
 //! p99s), and `BENCH_LAT_BYTES=600` pads its
 //! messages' text to about that many bytes (default: the send time alone, about 10). Each
 //! timed phase also prints the server's CPU per delivered message (from `/proc`, user +
-//! system) and its RSS after; each latency run what else the machine did meanwhile (other
-//! processes' CPU, iowait, and steal: CPU time the hypervisor gave to another machine,
+//! system) and its RSS after; each latency run what else the machine did meanwhile (CPU of
+//! other processes and of the kernel's own threads, iowait, and steal: CPU time the hypervisor gave to another machine,
 //! which both the server and the load generator lost). The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).

@@ -211,8 +211,9 @@ impl MachineMeter {
     }
 }
 
-/// A run's machine, ms summed over the CPUs: CPU of other processes (what the machine was
-/// busy with minus the server's, PostgreSQL's and the load generator's), time the CPUs
+/// A run's machine, ms summed over the CPUs: the CPU no process of ours used (what the
+/// machine was busy with minus the server's, PostgreSQL's and the load generator's: other
+/// processes, and the kernel's own threads and interrupts, the disk's among them), time the CPUs
 /// were idle waiting for the disk, and time the hypervisor gave them to another machine.
 pub struct Machine {
     pub others_ms: u64,

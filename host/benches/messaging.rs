@@ -23,12 +23,12 @@
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
 //! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
 //! `BENCH_REPEAT=5` runs the latency phase five times (the summary adds the median of their
-//! p99s), and `BENCH_LAT_BYTES=600` pads its
-//! messages' text to about that many bytes (default: the send time alone, about 10). Each
-//! timed phase also prints the server's CPU per delivered message (from `/proc`, user +
-//! system) and its RSS after; each latency run what else the machine did meanwhile (CPU of
-//! other processes and of the kernel's own threads, iowait, and steal: CPU time the hypervisor gave to another machine,
-//! which both the server and the load generator lost). The server and its database are the
+//! p99s), and `BENCH_LAT_BYTES=600` pads its messages' text to about that many bytes
+//! (default: the send time alone, about 10). Each timed phase also prints the server's CPU
+//! per delivered message (from `/proc`, user + system) and its RSS after; each latency run
+//! what else the machine did meanwhile (CPU of other processes and of the kernel's own
+//! threads, iowait, and steal: CPU time the hypervisor gave to another machine, which both
+//! the server and the load generator lost). The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time (the `mega` phase's too: 10,000 users made
@@ -1062,12 +1062,11 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         let mut p99s = Vec::new();
         for run in 0..runs {
             let cpu = CpuMeter::start(pid);
-            let machine = MachineMeter::start(pid);
             let before = scrape(&server.addr).await;
             let (l, received) =
                 latency(&server.addr, &format!("lat{run}"), 5000, secs, false).await;
+            let machine = cpu.machine();
             cpus.push(cpu.per(received));
-            let machine = machine.read();
             let commits = commits_between(&before, &scrape(&server.addr).await);
             eprintln!(
                 "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits}; {machine})",
@@ -1075,13 +1074,17 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
                 l.shown(),
                 l.n
             );
-            // Time taken by the hypervisor is time the load and the server both lost.
             shown.push(format!("{} (steal {} ms)", l.shown(), machine.steal_ms));
             p99s.push(l.p99);
         }
         if runs > 1 {
             p99s.sort_by(f64::total_cmp);
-            shown.push(format!("median p99 {:.2} ms", percentile(&p99s, 0.5)));
+            let m = p99s.len() / 2;
+            let median = match p99s.len() % 2 {
+                1 => p99s[m],
+                _ => (p99s[m - 1] + p99s[m]) / 2.0,
+            };
+            shown.push(format!("median p99 {median:.2} ms"));
         }
         out.record(name, pid, "lat", shown.join("; "), Cpu::mean(&cpus));
     }

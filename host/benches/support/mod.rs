@@ -122,11 +122,15 @@ pub fn rss_kib(pid: u32) -> u64 {
 }
 
 /// The server's CPU over one phase: started before it, read after with the messages the
-/// phase delivered.
+/// phase delivered; and the whole machine's over the same span (`machine`).
 pub struct CpuMeter {
     pid: u32,
     start: u64,
     db_start: u64,
+    /// This load generator's CPU, µs.
+    own_start: u64,
+    /// `machine_ticks()`.
+    ticks_start: [u64; 3],
 }
 
 /// CPU per delivered message, µs: the server's, and PostgreSQL's processes' on the same
@@ -161,6 +165,8 @@ impl CpuMeter {
             pid,
             start: cpu_micros(pid),
             db_start: postgres_cpu_micros(),
+            own_start: cpu_micros(std::process::id()),
+            ticks_start: machine_ticks(),
         }
     }
 
@@ -172,49 +178,28 @@ impl CpuMeter {
             db: postgres_cpu_micros().saturating_sub(self.db_start) as f64 / n,
         }
     }
-}
 
-/// The whole machine over a run (`/proc/stat`): where the CPU went besides the server,
-/// PostgreSQL and this load generator, and the time the CPUs waited for the disk or for
-/// the hypervisor — what makes one run of a timed phase unlike the next.
-pub struct MachineMeter {
-    start: [u64; 3],
-    ours: u64,
-    pid: u32,
-}
-
-impl MachineMeter {
-    pub fn start(pid: u32) -> MachineMeter {
-        MachineMeter {
-            start: machine_ticks(),
-            ours: Self::ours(pid),
-            pid,
-        }
-    }
-
-    /// CPU of the server, PostgreSQL and this process, µs.
-    fn ours(pid: u32) -> u64 {
-        cpu_micros(pid) + postgres_cpu_micros() + cpu_micros(std::process::id())
-    }
-
-    /// What the machine did since `start` (ticks of 10 ms, summed over the CPUs).
-    pub fn read(&self) -> Machine {
+    /// What the machine did since `start` besides the server, PostgreSQL and this load
+    /// generator (`/proc/stat`: ticks of 10 ms, summed over the CPUs).
+    pub fn machine(&self) -> Machine {
         let [busy, iowait, steal] = machine_ticks();
-        let [busy0, iowait0, steal0] = self.start;
-        let busy_us = busy.saturating_sub(busy0) * 10_000;
-        let ours = Self::ours(self.pid).saturating_sub(self.ours);
+        let [busy0, iowait0, steal0] = self.ticks_start;
+        let ours = cpu_micros(self.pid).saturating_sub(self.start)
+            + postgres_cpu_micros().saturating_sub(self.db_start)
+            + cpu_micros(std::process::id()).saturating_sub(self.own_start);
         Machine {
-            others_ms: busy_us.saturating_sub(ours) / 1000,
+            others_ms: (busy.saturating_sub(busy0) * 10_000).saturating_sub(ours) / 1000,
             iowait_ms: iowait.saturating_sub(iowait0) * 10,
             steal_ms: steal.saturating_sub(steal0) * 10,
         }
     }
 }
 
-/// A run's machine, ms summed over the CPUs: the CPU no process of ours used (what the
-/// machine was busy with minus the server's, PostgreSQL's and the load generator's: other
-/// processes, and the kernel's own threads and interrupts, the disk's among them), time the CPUs
-/// were idle waiting for the disk, and time the hypervisor gave them to another machine.
+/// A run's machine, ms summed over the CPUs: the CPU none of ours used (what the machine
+/// was busy with minus the server's, PostgreSQL's and the load generator's: other
+/// processes, the kernel's own threads and interrupts, the disk's among them), time the
+/// CPUs were idle waiting for the disk, and time the hypervisor gave them to another
+/// machine, which both the server and the load generator lost.
 pub struct Machine {
     pub others_ms: u64,
     pub iowait_ms: u64,

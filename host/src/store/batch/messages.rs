@@ -189,11 +189,11 @@ fn positions<'a>(
 
 /// The statement of `write`: `$1` messages, `$2` heads (id, last seq, count, the last seq
 /// and version as read, moved), `$3` positions (user, conversation, read seq, its count,
-/// delivered seq, 1 if a `received` asked), `$4` now, `$5` the heads' ids (PostgreSQL). A head whose last seq or
-/// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
-/// statement (`BatchError::Stale`). It answers where the delivered positions a `received`
-/// asked to move were (kind 0: the greater of delivered and read) and where every position
-/// it wrote is (kind 1).
+/// delivered seq, 1 if a `received` asked), `$4` now, `$5` the heads' ids (PostgreSQL). A
+/// head whose last seq or version is not as read gets a NULL last seq: a NOT NULL
+/// violation, which fails the statement (`BatchError::Stale`). It answers where the
+/// delivered positions a `received` asked to move were (kind 0: the greater of delivered
+/// and read) and where every position it wrote is (kind 1).
 fn write_sql(d: Dialect) -> &'static str {
     match d {
         // One statement: the inserts and the update run as data-modifying CTEs; the

@@ -575,7 +575,7 @@ async fn run(svc: Services, secs: f64, out: &mut Vec<(String, String)>) {
     }
 
     if phase("group") {
-        let f = group_fanout(&addrs, "gf", GROUP_MEMBERS, GROUP_RATE, secs, 10).await;
+        let f = group_fanout(&addrs, "gf", GROUP_MEMBERS, GROUP_RATE, secs, 10, None).await;
         let every = if f.mismatches == 0 {
             "every device got every message once".to_string()
         } else {

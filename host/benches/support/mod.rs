@@ -33,6 +33,10 @@ pub struct FanOut {
     pub mismatches: usize,
     /// Member devices per node (the sender's included).
     pub per_node: Vec<usize>,
+    /// The metered server's CPU per delivery (per message and device), from just before
+    /// the first send until every device had every message: the fan-out's own cost,
+    /// without connecting the devices and making the group.
+    pub cpu: Option<Cpu>,
 }
 
 pub fn token(user: &str) -> String {
@@ -297,7 +301,7 @@ pub fn notify_seq(frame: &str, conversation: &str) -> Option<i64> {
 /// A group of `members` (the owner included), member `k` online with one device on node
 /// `k % nodes` (the owner, `k = 0`, on node 1); the owner sends texts at `rate` msgs/s for
 /// `secs` (at least `min_messages`). Per message, the time from just before its send until every other
-/// device has its `notify`, in ms.
+/// device has its `notify`, in ms; with `meter`, that server's CPU per delivery.
 pub async fn group_fanout(
     addrs: &[String],
     tag: &str,
@@ -305,6 +309,7 @@ pub async fn group_fanout(
     rate: f64,
     secs: f64,
     min_messages: usize,
+    meter: Option<u32>,
 ) -> FanOut {
     let home = |k: usize| &addrs[k % addrs.len()];
     let owner = format!("{tag}o");
@@ -353,10 +358,13 @@ pub async fn group_fanout(
     let (mut sink, stream) = ws.split();
     // The owner's connection gets only the acks.
     let acks = acks_of(stream, n, rate);
+    let meter = meter.map(CpuMeter::start);
     let sent_at = send_paced(&mut sink, cid, "g", n, rate).await;
     let seqs = acks.await.unwrap();
     wait_complete(&complete, readers.len()).await;
-    let f = fanout_of(stop, readers, &sent_at, &seqs, per_node).await;
+    let cpu = meter.map(|m| m.per((sent_at.len() * readers.len()) as u64));
+    let mut f = fanout_of(stop, readers, &sent_at, &seqs, per_node).await;
+    f.cpu = cpu;
     drop(sink);
     f
 }
@@ -391,6 +399,7 @@ pub async fn fanout_of(
         complete: lat.len(),
         mismatches,
         per_node,
+        cpu: None,
     }
 }
 

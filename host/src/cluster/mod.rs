@@ -550,7 +550,7 @@ impl Delivery for Cluster {
             round.push(Outgoing {
                 users: p.users,
                 devices: None,
-                frame: p.frame,
+                frame: p.frame.text().clone(),
                 class: p.class,
                 key: p.key,
                 except: p.except,

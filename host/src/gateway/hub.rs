@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::outbox::{Close, Frame, NodeBudget, Outbox, Queued};
 use crate::auth::TokenId;
-use crate::messaging::{Delivery, LatestKey, PRESENCE, Push, Reach, Respond, Which};
+use crate::messaging::{Delivery, LatestKey, PRESENCE, Push, PushFrame, Reach, Respond, Which};
 use crate::plugins::Delivery as Class;
 
 pub struct Device {
@@ -198,19 +198,20 @@ impl Hub {
     }
 
     /// Queues `frame` for every online device of `users`, except the session `except`;
-    /// the devices whose task must be woken go to `wake`.
+    /// the devices whose task must be woken go to `wake`. The frame is made (and counted
+    /// toward the node's budget, once however many devices it waits for) only if a
+    /// device takes it.
     fn queue(
         &self,
         users: &[String],
-        frame: &Utf8Bytes,
+        frame: &PushFrame,
         class: Class,
         key: Option<LatestKey>,
         except: u64,
         wake: &mut Vec<Arc<Device>>,
     ) -> Reach {
         let mut reach = Reach::default();
-        // Counted once toward the node's budget, however many devices it waits for.
-        let frame = Frame::new(frame.clone(), &self.budget);
+        let mut made: Option<Frame> = None;
         let presence = key.is_some_and(|k| k.2 == PRESENCE);
         for user in users {
             let shard = self.shard(user).lock().expect("hub lock");
@@ -221,6 +222,8 @@ impl Hub {
                 .iter()
                 .filter(|d| d.session != except && (d.presence || !presence))
             {
+                let frame =
+                    made.get_or_insert_with(|| Frame::new(frame.text().clone(), &self.budget));
                 let (queued, woken) = d.outbox.queue(frame.clone(), class, key);
                 match queued {
                     Queued::Yes | Queued::Coalesced => reach.queued += 1,
@@ -267,7 +270,8 @@ impl Delivery for Hub {
         except: u64,
     ) -> Reach {
         let mut wake = Vec::new();
-        let reach = self.queue(users, frame, class, key, except, &mut wake);
+        let frame = PushFrame::Text(frame.clone());
+        let reach = self.queue(users, &frame, class, key, except, &mut wake);
         for d in wake {
             d.outbox.wake();
         }

@@ -277,8 +277,7 @@ fn deliver(reply: Reply, outcome: Outcome, pushes: &mut Vec<Push>) {
             // A resend pushes the original again: devices ignore a seq they have, and one
             // whose first push was lost (a crash between commit and push) gets it now.
             if !recipients.is_empty() {
-                let frame = frames::notify_stored(&message);
-                pushes.push(Push::persistent(recipients, frame, except));
+                pushes.push(Push::stored(recipients, message, except));
             }
         }
         Outcome::Read {

@@ -4,7 +4,7 @@
 //! a request go to its `Respond`, whatever carried the request.
 
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::auth::TokenId;
 use crate::plugins::Delivery as Class;
-use crate::protocol::Close;
+use crate::protocol::{Close, Stored, frames};
 
 /// Coalescing key of a `latest` frame: conversation, sender, content type.
 pub type LatestKey = (i64, u64, u32);
@@ -64,7 +64,7 @@ pub enum Forget {
 #[derive(Debug, Clone)]
 pub struct Push {
     pub users: Arc<[String]>,
-    pub frame: Utf8Bytes,
+    pub frame: PushFrame,
     pub class: Class,
     pub key: Option<LatestKey>,
     /// The session not to push to (the one that sent it), 0: none.
@@ -72,14 +72,41 @@ pub struct Push {
 }
 
 impl Push {
-    /// A stored message, a tip or an event for `users`.
+    /// A tip or an event for `users`.
     pub fn persistent(users: Arc<[String]>, frame: Utf8Bytes, except: u64) -> Push {
+        Push::of(users, PushFrame::Text(frame), except)
+    }
+
+    /// A stored message for `users`: its `notify` is made when a device takes it.
+    pub fn stored(users: Arc<[String]>, message: Arc<Stored>, except: u64) -> Push {
+        Push::of(users, PushFrame::Notify(message, OnceLock::new()), except)
+    }
+
+    fn of(users: Arc<[String]>, frame: PushFrame, except: u64) -> Push {
         Push {
             users,
             frame,
             class: Class::Persistent,
             key: None,
             except,
+        }
+    }
+}
+
+/// A push's frame: made already, or a stored message's `notify`, made the first time a
+/// device (here or on another node) is there to take it and then shared. A message to
+/// users with no device online (most of a burst to offline users) costs no encoding.
+#[derive(Debug, Clone)]
+pub enum PushFrame {
+    Text(Utf8Bytes),
+    Notify(Arc<Stored>, OnceLock<Utf8Bytes>),
+}
+
+impl PushFrame {
+    pub fn text(&self) -> &Utf8Bytes {
+        match self {
+            PushFrame::Text(text) => text,
+            PushFrame::Notify(message, text) => text.get_or_init(|| frames::notify_stored(message)),
         }
     }
 }
@@ -101,7 +128,7 @@ pub trait Delivery: Send + Sync {
     /// one bus message per node, never one per push.
     fn push_all(&self, pushes: Vec<Push>) {
         for p in pushes {
-            self.push(&p.users, &p.frame, p.class, p.key, p.except);
+            self.push(&p.users, p.frame.text(), p.class, p.key, p.except);
         }
     }
 
@@ -198,7 +225,7 @@ pub struct ClusterStats {
 /// A stored message that counts toward unread, just committed, and who may be offline.
 #[derive(Debug, Clone)]
 pub struct Committed {
-    pub message: Arc<crate::protocol::Stored>,
+    pub message: Arc<Stored>,
     /// Its conversation's members then (the sender among them).
     pub members: Arc<[String]>,
 }

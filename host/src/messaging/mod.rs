@@ -35,8 +35,8 @@ pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
 pub use commit::{Answer, Reply};
 pub use delivery::{
-    ClusterStats, Committed, Delivery, Forget, LatestKey, Offline, PRESENCE, Push, Reach, Respond,
-    Which, user_key,
+    ClusterStats, Committed, Delivery, Forget, LatestKey, Offline, PRESENCE, Push, PushFrame,
+    Reach, Respond, Which, user_key,
 };
 pub use devices::{DeviceInfo, valid_label};
 

@@ -160,8 +160,7 @@ impl Core {
         }
         let mut pushes = Vec::with_capacity(fx.tips.len() + fx.events.len());
         for (tip, recipients) in fx.tips {
-            let frame = frames::notify_stored(&tip);
-            pushes.push(Push::persistent(recipients.into(), frame, 0));
+            pushes.push(Push::stored(recipients.into(), tip, 0));
         }
         for e in &fx.events {
             crate::telemetry::user_stream_event(&e.event);

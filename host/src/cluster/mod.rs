@@ -28,7 +28,9 @@ use crate::auth::random_bytes;
 use crate::config::ClusterConfig;
 use crate::gateway::hub::{Device, Hub};
 use crate::gateway::links::{Links, PresenceThrottle};
-use crate::messaging::{ClusterStats, Core, Delivery, Forget, LatestKey, Push, Reach, Which};
+use crate::messaging::{
+    ClusterStats, Core, Delivery, Forget, LatestKey, Push, PushFrame, Reach, Which,
+};
 use crate::plugins::Delivery as Class;
 use crate::protocol::Close;
 use bus::{Bus, Incoming};
@@ -55,7 +57,8 @@ enum Out {
 struct Outgoing {
     users: Arc<[String]>,
     devices: Option<Vec<String>>,
-    frame: Utf8Bytes,
+    /// Made only if another node holds a device it goes to.
+    frame: PushFrame,
     class: Class,
     key: Option<LatestKey>,
     except: u64,
@@ -74,7 +77,7 @@ impl Outgoing {
         Outgoing {
             users: Arc::from(users),
             devices: None,
-            frame: frame.clone(),
+            frame: PushFrame::Text(frame.clone()),
             class,
             key,
             except,
@@ -278,10 +281,6 @@ impl Cluster {
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
         let counters: Vec<Option<oneshot::Sender<u32>>> =
             pushes.iter_mut().map(|p| p.counted.take()).collect();
-        let frames: Vec<Option<&RawValue>> = pushes
-            .iter()
-            .map(|p| serde_json::from_str::<&RawValue>(p.frame.as_str()).ok())
-            .collect();
         let mut index: HashMap<&str, usize> = HashMap::new();
         let mut users: Vec<&str> = Vec::new();
         for p in &pushes {
@@ -295,12 +294,11 @@ impl Cluster {
         let Some(routes) = self.redis(self.routes.lookup(&users)).await else {
             let all: Vec<wire::Push<'_>> = pushes
                 .iter()
-                .zip(&frames)
-                .filter_map(|(p, f)| {
+                .filter_map(|p| {
                     Some(wire_push(
                         p,
                         p.users.iter().map(String::as_str).collect(),
-                        (*f)?,
+                        wire_frame(p)?,
                     ))
                 })
                 .collect();
@@ -318,9 +316,9 @@ impl Cluster {
         // Devices each counted push reaches on each node, told once the node's message is
         // out (a message the bus did not take reached no one).
         let mut reached: Vec<(usize, u16, u32)> = Vec::new();
-        for (i, (p, frame)) in pushes.iter().zip(&frames).enumerate() {
-            let Some(frame) = *frame else { continue };
+        for (i, p) in pushes.iter().enumerate() {
             let mut here: HashMap<u16, Vec<&str>> = HashMap::new();
+            let mut counted: Vec<(usize, u16, u32)> = Vec::new();
             for u in p.users.iter() {
                 for (device, route) in &routes[index[u.as_str()]] {
                     if route.node == self.node || route.session == p.except {
@@ -330,7 +328,7 @@ impl Cluster {
                         continue;
                     }
                     if counters[i].is_some() {
-                        reached.push((i, route.node, 1));
+                        counted.push((i, route.node, 1));
                     }
                     let list = here.entry(route.node).or_default();
                     if list.last() != Some(&u.as_str()) {
@@ -338,6 +336,12 @@ impl Cluster {
                     }
                 }
             }
+            if here.is_empty() {
+                continue;
+            }
+            // Its frame is made only now that another node needs it.
+            let Some(frame) = wire_frame(p) else { continue };
+            reached.extend(counted);
             for (node, users) in here {
                 by_node
                     .entry(node)
@@ -498,6 +502,11 @@ impl Cluster {
     }
 }
 
+/// A push's frame as the bus carries it (every frame the server makes is JSON).
+fn wire_frame(p: &Outgoing) -> Option<&RawValue> {
+    serde_json::from_str::<&RawValue>(p.frame.text().as_str()).ok()
+}
+
 fn wire_push<'a>(p: &'a Outgoing, users: Vec<&'a str>, frame: &'a RawValue) -> wire::Push<'a> {
     wire::Push {
         users,
@@ -550,7 +559,7 @@ impl Delivery for Cluster {
             round.push(Outgoing {
                 users: p.users,
                 devices: None,
-                frame: p.frame.text().clone(),
+                frame: p.frame,
                 class: p.class,
                 key: p.key,
                 except: p.except,

@@ -1,6 +1,7 @@
 //! Messaging benchmark: the `courier` binary as a separate process on loopback, this
 //! program as the load generator, on the same machine. Prints, per database:
-//! persistent 1:1 throughput (acked msgs/s) with 1, 16 and 256 concurrent senders;
+//! persistent 1:1 throughput (acked msgs/s) with 1, 16 and 256 concurrent senders, and
+//! of one sender that waits for each ack (with each ack's wait, beside this disk's fsync);
 //! send→push latency p50/p99 at a fixed rate; the time to pull 1,000 missed messages;
 //! live (typing) throughput; server memory per idle connection at 10,000 connections;
 //! group fan-out to 1,000 online members (until every device has it) and the pull of a
@@ -23,7 +24,7 @@
 //! too when `PG_TEST_URL` names a database the bench may create others from.
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
-//! `BENCH_PHASES=tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
+//! `BENCH_PHASES=seq,tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
 //! `BENCH_REPEAT=5` runs the latency phase five times (the summary adds the median of their
 //! p99s), and `BENCH_LAT_BYTES=600` pads its messages' text to about that many bytes
 //! (default: the send time alone, about 10). Each timed phase also prints the server's CPU
@@ -306,6 +307,81 @@ async fn ping_pong(
     }
     // The first hundred warm the connections and statements up.
     Percentiles::of(hops.split_off(hops.len().min(100)))
+}
+
+/// One sender with one send in flight: each send leaves only after the last one's ack
+/// arrived, as a client that waits for every ack does. Acked per second, and each send's
+/// wait for its ack in ms, and how many sends it made (the warm-up's among them); bounded
+/// by `secs` and 100,000 sends.
+async fn sequential(addr: &str, tag: &str, secs: f64) -> (f64, Percentiles, u64) {
+    let a = format!("{tag}a");
+    let b = format!("{tag}b");
+    http(addr, "GET", "/v1/conversations", &b, "").await;
+    let cid = open(addr, &a, &b).await;
+    let mut ws = connect(addr, &a, "d").await;
+    let to = json!({"conversationId": cid});
+    let mut waits = Vec::new();
+    let mut sends = 0;
+    // The first hundred warm the connection and statements up, outside the clock.
+    let warm = 100;
+    let mut started = Instant::now();
+    let mut deadline = started + Duration::from_secs_f64(secs);
+    for n in 0..100_000 {
+        if n == warm {
+            started = Instant::now();
+            deadline = started + Duration::from_secs_f64(secs);
+        }
+        if n > warm && Instant::now() > deadline {
+            break;
+        }
+        let sent = Instant::now();
+        ws.send(frame(
+            &format!("{tag}{n}"),
+            &to,
+            1,
+            json!({"text": "sequential"}),
+        ))
+        .await
+        .unwrap();
+        sends += 1;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                Ok(Some(Ok(Message::Text(t)))) if t.as_str().starts_with(r#"{"type":"ack""#) => {
+                    break;
+                }
+                Ok(Some(Ok(Message::Text(t)))) if t.as_str().starts_with(r#"{"type":"error""#) => {
+                    panic!("sequential send {n}: {t}")
+                }
+                Ok(Some(Ok(_))) => {}
+                other => panic!("sequential send {n}: no ack: {other:?}"),
+            }
+        }
+        if n >= warm {
+            waits.push(sent.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let rate = waits.len() as f64 / started.elapsed().as_secs_f64();
+    (rate, Percentiles::of(waits), sends)
+}
+
+/// This disk's `fdatasync` after appending 4 KiB to a file in `dir` (as a commit appends
+/// to SQLite's log), 300 times: p50 and p99 in ms. The floor under a durable ack.
+fn fsync_probe(dir: &std::path::Path) -> (f64, f64) {
+    use std::io::Write as _;
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::File::create(&path).expect("the fsync probe's file");
+    let block = [7u8; 4096];
+    let mut took = Vec::with_capacity(300);
+    for _ in 0..300 {
+        file.write_all(&block).expect("the fsync probe's write");
+        let t = Instant::now();
+        file.sync_data().expect("the fsync probe's fdatasync");
+        took.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    took.sort_by(f64::total_cmp);
+    (percentile(&took, 0.5), percentile(&took, 0.99))
 }
 
 /// Time to pull 1,000 messages a device missed (two pages of 500), median of 20 rounds, ms.
@@ -1111,6 +1187,22 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             cpu.per(2100),
         );
     }
+    if phase("seq") {
+        let (fsync_p50, fsync_p99) = fsync_probe(&db.dir);
+        let cpu = CpuMeter::start(pid);
+        // Per send, the warm-up's included: the meter runs from before it.
+        let (rate, waits, sends) = sequential(&server.addr, "sq", secs).await;
+        out.record(
+            name,
+            pid,
+            "seq",
+            format!(
+                "{rate:.0} acked/s; ack {} (fsync here p50 / p99 {fsync_p50:.3} / {fsync_p99:.3} ms)",
+                waits.shown()
+            ),
+            cpu.per(sends),
+        );
+    }
     for (senders, key) in [(1, "tp1"), (16, "tp16"), (256, "tp256")] {
         if !phase("tp") {
             break;
@@ -1289,6 +1381,10 @@ fn main() {
         );
     };
     for (key, label) in [
+        (
+            "seq",
+            "persistent 1:1, 1 sender waiting for each ack: acked msgs/s; ack p50 / p99 / p999",
+        ),
         (
             "tp1",
             "persistent 1:1, 1 sender (64 in flight), acked msgs/s",

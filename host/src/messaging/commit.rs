@@ -119,7 +119,20 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
     let mut replies: Vec<(Reply, u64)> = Vec::with_capacity(settings.batch_max);
-    while rx.recv_many(&mut jobs, settings.batch_max).await > 0 {
+    loop {
+        // Idle with SQLite's writer connection, the committer gives it to a writer who
+        // asks (`store::Writer`).
+        let received = tokio::select! {
+            biased;
+            n = rx.recv_many(&mut jobs, settings.batch_max) => n,
+            () = store.writer_asked(), if writer.holds() => {
+                store.release_if_asked(&mut writer);
+                continue;
+            }
+        };
+        if received == 0 {
+            break;
+        }
         for job in jobs.drain(..) {
             ops.push(job.op);
             replies.push((job.reply, job.key));
@@ -135,6 +148,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
             settings.recall_window_ms,
         )
         .await;
+        store.release_if_asked(&mut writer);
         batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         telemetry::commit(ops.len(), started.elapsed(), result.is_err());
         tracing::debug!(

@@ -111,15 +111,62 @@ pub struct Store {
     health: Arc<Health>,
     /// Group receipts' passes over the members, shared by the asks of a group in flight.
     passes: Arc<receipts::Passes>,
+    /// SQLite: who else waits for the one writer connection the committer keeps.
+    asks: Arc<Asks>,
 }
 
-/// What a committer keeps between its batches: on PostgreSQL a connection of its own,
+/// What a committer keeps between its batches. On PostgreSQL a connection of its own,
 /// taken out of the pool, whose statements keep generic plans (the batch's few statements,
 /// their arguments JSON arrays, planned once rather than at every execution: a third of a
-/// millisecond each); the pool's connections plan every execution. On SQLite nothing: the
-/// one writer connection is shared with the social changes and taken per batch.
+/// millisecond each); the pool's connections plan every execution. On SQLite the one
+/// writer connection, shared with every other write (`Store::write`): the committer keeps
+/// it from one batch to the next until another writer asks for it (`Asks`), because sqlx
+/// pings a connection each time it goes back to its pool — one more hand-off to the
+/// connection's thread per batch, which the next batch's acquire waited for.
 #[derive(Default)]
-pub struct Writer(Option<sqlx::AnyConnection>);
+pub struct Writer {
+    postgres: Option<sqlx::AnyConnection>,
+    sqlite: Option<sqlx::pool::PoolConnection<Any>>,
+}
+
+impl Writer {
+    /// Holds SQLite's writer connection between batches.
+    pub fn holds(&self) -> bool {
+        self.sqlite.is_some()
+    }
+
+    /// Gives SQLite's writer connection back to its pool, to the writer who asked.
+    pub fn release(&mut self) {
+        self.sqlite = None;
+    }
+}
+
+/// The writers other than the committer waiting for SQLite's one writer connection
+/// (`Store::write`), and the signal that one began to. The committer gives the connection
+/// back when it hears the signal while idle, or sees a writer waiting after a batch.
+#[derive(Debug, Default)]
+pub(crate) struct Asks {
+    waiting: std::sync::atomic::AtomicUsize,
+    signal: tokio::sync::Notify,
+}
+
+impl Asks {
+    /// A writer waits (until the guard drops).
+    fn ask(&self) -> Asking<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        self.signal.notify_one();
+        Asking(self)
+    }
+}
+
+/// A writer's wait for SQLite's writer connection, over when dropped.
+pub(crate) struct Asking<'a>(&'a Asks);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// The transaction a commit batch runs in. On PostgreSQL an ordinary one on the
 /// committer's connection (`Writer`), or none: a batch of heads remembered from an earlier
@@ -136,7 +183,7 @@ pub struct BatchTx<'w> {
 
 enum BatchConn<'w> {
     Postgres(&'w mut Option<sqlx::AnyConnection>),
-    Sqlite(Option<sqlx::pool::PoolConnection<Any>>),
+    Sqlite(&'w mut Option<sqlx::pool::PoolConnection<Any>>),
 }
 
 const UNTIL_THE_END: &str = "the connection until the batch is finished";
@@ -200,6 +247,7 @@ impl Drop for BatchTx<'_> {
         match &mut self.conn {
             // Closed, not reused: closing rolls the transaction back.
             BatchConn::Postgres(c) => drop(c.take()),
+            // Taken out of the pool first, so the pool opens another.
             BatchConn::Sqlite(c) => {
                 if let Some(c) = c.take() {
                     drop(c.detach());
@@ -259,14 +307,23 @@ pub fn is_broken(e: &sqlx::Error) -> bool {
 pub(crate) struct Db<'a> {
     pool: &'a AnyPool,
     health: &'a Health,
+    /// SQLite's writer: each use asks the committer for the connection it keeps.
+    asks: Option<&'a Asks>,
 }
 
-impl Db<'_> {
+impl<'a> Db<'a> {
+    /// Asks the committer for SQLite's writer connection, if this is it.
+    fn ask(&self) -> Option<Asking<'a>> {
+        self.asks.map(Asks::ask)
+    }
+
     pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Any>> {
+        let _asking = self.ask();
         self.pool.begin().await.inspect_err(|e| self.health.note(e))
     }
 
     pub async fn acquire(&self) -> sqlx::Result<sqlx::pool::PoolConnection<Any>> {
+        let _asking = self.ask();
         self.pool
             .acquire()
             .await
@@ -286,9 +343,14 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
         E: 'q + Execute<'q, Any>,
     {
         let health = self.health;
+        let asking = self.ask();
         self.pool
             .fetch_many(query)
             .inspect_err(move |e| health.note(e))
+            .map(move |r| {
+                let _asking = &asking;
+                r
+            })
             .boxed()
     }
 
@@ -298,9 +360,14 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
         E: 'q + Execute<'q, Any>,
     {
         let health = self.health;
+        let asking = self.ask();
         self.pool
             .fetch_optional(query)
             .inspect_err(move |e| health.note(e))
+            .map(move |r| {
+                drop(asking);
+                r
+            })
             .boxed()
     }
 
@@ -312,14 +379,28 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
     where
         'c: 'e,
     {
-        self.pool.prepare_with(sql, parameters)
+        let asking = self.ask();
+        self.pool
+            .prepare_with(sql, parameters)
+            .map(move |r| {
+                drop(asking);
+                r
+            })
+            .boxed()
     }
 
     fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, sqlx::Result<sqlx::Describe<Any>>>
     where
         'c: 'e,
     {
-        self.pool.describe(sql)
+        let asking = self.ask();
+        self.pool
+            .describe(sql)
+            .map(move |r| {
+                drop(asking);
+                r
+            })
+            .boxed()
     }
 }
 
@@ -384,6 +465,7 @@ impl Store {
                 dialect: Dialect::Sqlite,
                 health,
                 passes: Arc::default(),
+                asks: Arc::default(),
             }
         } else {
             // No ping before each use while the database is healthy (a round trip each).
@@ -424,6 +506,7 @@ impl Store {
                 dialect: Dialect::Postgres,
                 health,
                 passes: Arc::default(),
+                asks: Arc::default(),
             }
         };
         let migrator = match store.dialect {
@@ -461,13 +544,32 @@ impl Store {
         Db {
             pool: &self.read,
             health: &self.health,
+            asks: None,
         }
     }
 
+    /// Writes other than the committer's. On SQLite they ask the committer for the one
+    /// writer connection it keeps between batches (`Writer`).
     pub(crate) fn write(&self) -> Db<'_> {
         Db {
             pool: &self.write,
             health: &self.health,
+            asks: (self.dialect == Dialect::Sqlite).then_some(&*self.asks),
+        }
+    }
+
+    /// Resolves once another writer asks for SQLite's writer connection (at once if one
+    /// asked since the last time), for a committer that keeps it while idle.
+    pub async fn writer_asked(&self) {
+        self.asks.signal.notified().await;
+    }
+
+    /// Gives SQLite's writer connection back if another writer waits for it, else keeps
+    /// it for the next batch (after a batch, and when `writer_asked` resolves: a signal
+    /// may be older than a release that already answered it).
+    pub fn release_if_asked(&self, writer: &mut Writer) {
+        if self.asks.waiting.load(Ordering::SeqCst) > 0 {
+            writer.release();
         }
     }
 
@@ -484,15 +586,15 @@ impl Store {
         };
         match self.dialect {
             Dialect::Postgres => {
-                if writer.0.is_none() {
+                if writer.postgres.is_none() {
                     let mut conn = self.write.acquire().await.map_err(noted)?.detach();
                     conn.execute("SET plan_cache_mode = auto")
                         .await
                         .map_err(noted)?;
-                    writer.0 = Some(conn);
+                    writer.postgres = Some(conn);
                 }
                 let mut tx = BatchTx {
-                    conn: BatchConn::Postgres(&mut writer.0),
+                    conn: BatchConn::Postgres(&mut writer.postgres),
                     open: false,
                 };
                 if explicit {
@@ -505,10 +607,17 @@ impl Store {
                 }
                 Ok(tx)
             }
-            Dialect::Sqlite => Ok(BatchTx {
-                conn: BatchConn::Sqlite(Some(self.write().acquire().await?)),
-                open: false,
-            }),
+            Dialect::Sqlite => {
+                // The committer's own acquire asks nobody (`Store::write` would ask it).
+                if writer.sqlite.is_none() {
+                    let conn = self.write.acquire().await.map_err(noted)?;
+                    writer.sqlite = Some(conn);
+                }
+                Ok(BatchTx {
+                    conn: BatchConn::Sqlite(&mut writer.sqlite),
+                    open: false,
+                })
+            }
         }
     }
 
@@ -536,6 +645,9 @@ impl Store {
 
     pub async fn close(&self) {
         self.read.close().await;
+        // A committer keeping SQLite's writer connection gives it back, which closing
+        // the pool waits for.
+        let _asking = self.write().ask();
         self.write.close().await;
     }
 }
@@ -775,11 +887,18 @@ mod tests {
             // Rolled back after a failed statement: the connection stays usable.
             tx.abort().await;
         }
+        // Kept by the committer between batches until another writer asks (the next test).
+        assert!(
+            writer.holds(),
+            "the aborted batch's connection was not kept"
+        );
+        writer.release();
         assert_eq!(count().await, 0, "an aborted batch wrote");
         let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
         let sql = format!("{}{insert}{}", tx.opening(), tx.closing());
         tx.conn().execute(sql.as_str()).await.unwrap();
         tx.finish(true).await.unwrap();
+        writer.release();
         assert_eq!(count().await, 1, "a finished batch was not written");
         // The connection went back to the pool outside any transaction.
         let mut tx = store.write().begin().await.unwrap();
@@ -789,6 +908,83 @@ mod tests {
             .unwrap();
         tx.commit().await.unwrap();
         assert_eq!(count().await, 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The committer keeps SQLite's one writer connection between batches; another writer
+    /// that asks for it gets it, whether it asks while the committer is idle or during a
+    /// batch.
+    #[tokio::test]
+    async fn a_writer_who_asks_gets_the_connection_the_committer_keeps() {
+        let dir = std::env::temp_dir().join(format!("courier-writer-asks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = StorageConfig {
+            url: format!("sqlite://{}/t.db", dir.display()),
+            ..StorageConfig::default()
+        };
+        let store = Store::open(&cfg).await.unwrap();
+        let batch =
+            |n: u32| format!("INSERT INTO server_secrets (name, value) VALUES ('b{n}', 'v')");
+        let other_write = |n: u32| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                sqlx::query(&format!(
+                    "INSERT INTO server_secrets (name, value) VALUES ('o{n}', 'v')"
+                ))
+                .execute(store.write())
+                .await
+                .unwrap()
+                .rows_affected()
+            })
+        };
+        let mut writer = Writer::default();
+        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
+        let sql = format!("{}{}{}", tx.opening(), batch(1), tx.closing());
+        tx.conn().execute(sql.as_str()).await.unwrap();
+        tx.finish(true).await.unwrap();
+        store.release_if_asked(&mut writer);
+        assert!(
+            writer.holds(),
+            "nobody asked, yet the connection was given back"
+        );
+        // Asked while the committer is idle: it hears, and gives the connection back.
+        let limit = Duration::from_secs(60);
+        let other = other_write(1);
+        let asked = tokio::time::timeout(limit, store.writer_asked()).await;
+        asked.expect("the other write never asked");
+        store.release_if_asked(&mut writer);
+        assert!(
+            !writer.holds(),
+            "asked while idle, yet the connection was kept"
+        );
+        let done = tokio::time::timeout(limit, other).await;
+        assert_eq!(done.expect("the other write got no connection").unwrap(), 1);
+        // Asked during a batch: given back after it.
+        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
+        let other = other_write(2);
+        let asked = tokio::time::timeout(limit, store.writer_asked()).await;
+        asked.expect("the other write never asked");
+        let sql = format!("{}{}{}", tx.opening(), batch(2), tx.closing());
+        tx.conn().execute(sql.as_str()).await.unwrap();
+        tx.finish(true).await.unwrap();
+        store.release_if_asked(&mut writer);
+        assert!(
+            !writer.holds(),
+            "a writer waits, yet the connection was kept"
+        );
+        let done = tokio::time::timeout(limit, other).await;
+        assert_eq!(done.expect("the other write got no connection").unwrap(), 1);
+        // The next batch takes it again, and everything was written once.
+        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
+        let sql = format!("{}{}{}", tx.opening(), batch(3), tx.closing());
+        tx.conn().execute(sql.as_str()).await.unwrap();
+        tx.finish(true).await.unwrap();
+        writer.release();
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM server_secrets WHERE value = 'v'")
+            .fetch_one(store.write())
+            .await
+            .unwrap();
+        assert_eq!(n, 5);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -69,9 +69,7 @@ async fn throughput(addr: &str, tag: &str, senders: usize, window: usize, secs: 
     for i in 0..senders {
         let a = format!("{tag}s{i}");
         let b = format!("{tag}r{i}");
-        // Users are known once a token of theirs was used.
-        http(addr, "GET", "/v1/conversations", &b, "").await;
-        convs.push((a.clone(), open(addr, &a, &b).await));
+        convs.push((a.clone(), open_known(addr, &a, &b).await));
     }
     let acked = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
@@ -143,8 +141,7 @@ async fn latency(
     for i in 0..PAIRS {
         let a = format!("{tag}ls{i}");
         let b = format!("{tag}lr{i}");
-        http(addr, "GET", "/v1/conversations", &b, "").await;
-        let cid = open(addr, &a, &b).await;
+        let cid = open_known(addr, &a, &b).await;
         convs.push((a, b, cid));
     }
     let per_sender = rate as f64 / PAIRS as f64;
@@ -272,8 +269,7 @@ async fn ping_pong(
 ) -> Percentiles {
     let a = format!("{tag}a");
     let b = format!("{tag}b");
-    http(addr, "GET", "/v1/conversations", &b, "").await;
-    let cid = open(addr, &a, &b).await;
+    let cid = open_known(addr, &a, &b).await;
     let mut ws = [connect(addr, &a, "d").await, connect(addr, &b, "d").await];
     let to = json!({"conversationId": cid});
     let mut hops = Vec::with_capacity(n);
@@ -316,8 +312,7 @@ async fn ping_pong(
 async fn sequential(addr: &str, tag: &str, secs: f64) -> (f64, Percentiles, u64) {
     let a = format!("{tag}a");
     let b = format!("{tag}b");
-    http(addr, "GET", "/v1/conversations", &b, "").await;
-    let cid = open(addr, &a, &b).await;
+    let cid = open_known(addr, &a, &b).await;
     let mut ws = connect(addr, &a, "d").await;
     let to = json!({"conversationId": cid});
     let mut waits = Vec::new();
@@ -388,8 +383,7 @@ fn fsync_probe(dir: &std::path::Path) -> (f64, f64) {
 async fn pull_missed(addr: &str, tag: &str) -> f64 {
     let a = format!("{tag}pa");
     let b = format!("{tag}pb");
-    http(addr, "GET", "/v1/conversations", &b, "").await;
-    let cid = open(addr, &a, &b).await;
+    let cid = open_known(addr, &a, &b).await;
     let mut ws = connect(addr, &a, "d").await;
     let to = json!({"conversationId": cid});
     for n in 0..1000 {
@@ -449,8 +443,7 @@ async fn live(addr: &str, tag: &str, secs: f64, content_type: u32, payload: &Val
     for i in 0..PAIRS {
         let a = format!("{tag}ta{i}");
         let b = format!("{tag}tb{i}");
-        http(addr, "GET", "/v1/conversations", &b, "").await;
-        let cid = open(addr, &a, &b).await;
+        let cid = open_known(addr, &a, &b).await;
         let mut rx = connect(addr, &b, "r").await;
         let received = received.clone();
         tasks.push(tokio::spawn(async move {

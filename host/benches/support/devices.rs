@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{connect, frame, http, must, open};
+use crate::support::{connect, frame, must, open_known};
 
 /// What a 1:1 run with receivers online counted.
 pub struct Online {
@@ -52,8 +52,7 @@ pub async fn one_to_one_online(
     for i in 0..senders {
         let a = format!("{tag}s{i}");
         let b = format!("{tag}r{i}");
-        http(addr, "GET", "/v1/conversations", &b, "").await;
-        let cid = open(addr, &a, &b).await;
+        let cid = open_known(addr, &a, &b).await;
         let mut rx = connect(addr, &b, "r").await;
         let pushed = pushed.clone();
         tasks.push(tokio::spawn(async move {

@@ -81,6 +81,13 @@ pub fn frame(cmid: &str, to: &Value, content_type: u32, payload: Value) -> Messa
     Message::Text(f.to_string().into())
 }
 
+/// Makes `b` known on `addr` (a user is known once a token of theirs was used), then opens
+/// the private conversation of `a` and `b` there; its id.
+pub async fn open_known(addr: &str, a: &str, b: &str) -> i64 {
+    http(addr, "GET", "/v1/conversations", b, "").await;
+    open(addr, a, b).await
+}
+
 /// Opens the private conversation of `a` and `b` (one message, sent on `addr`) and returns
 /// its id.
 pub async fn open(addr: &str, a: &str, b: &str) -> i64 {

@@ -317,6 +317,19 @@ impl<'a> Db<'a> {
         self.asks.map(Asks::ask)
     }
 
+    /// `work`, asking for SQLite's writer connection until it is done.
+    fn asking<'e, T: 'e>(&self, work: BoxFuture<'e, T>) -> BoxFuture<'e, T>
+    where
+        'a: 'e,
+    {
+        let asking = self.ask();
+        async move {
+            let _asking = asking;
+            work.await
+        }
+        .boxed()
+    }
+
     pub async fn begin(&self) -> sqlx::Result<sqlx::Transaction<'static, Any>> {
         let _asking = self.ask();
         self.pool.begin().await.inspect_err(|e| self.health.note(e))
@@ -360,15 +373,12 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
         E: 'q + Execute<'q, Any>,
     {
         let health = self.health;
-        let asking = self.ask();
-        self.pool
-            .fetch_optional(query)
-            .inspect_err(move |e| health.note(e))
-            .map(move |r| {
-                drop(asking);
-                r
-            })
-            .boxed()
+        self.asking(
+            self.pool
+                .fetch_optional(query)
+                .inspect_err(move |e| health.note(e))
+                .boxed(),
+        )
     }
 
     fn prepare_with<'e, 'q: 'e>(
@@ -379,28 +389,14 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
     where
         'c: 'e,
     {
-        let asking = self.ask();
-        self.pool
-            .prepare_with(sql, parameters)
-            .map(move |r| {
-                drop(asking);
-                r
-            })
-            .boxed()
+        self.asking(self.pool.prepare_with(sql, parameters))
     }
 
     fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, sqlx::Result<sqlx::Describe<Any>>>
     where
         'c: 'e,
     {
-        let asking = self.ask();
-        self.pool
-            .describe(sql)
-            .map(move |r| {
-                drop(asking);
-                r
-            })
-            .boxed()
+        self.asking(self.pool.describe(sql))
     }
 }
 
@@ -853,17 +849,23 @@ pub(crate) fn shaped_chunks<T>(items: &[T]) -> Vec<&[T]> {
 mod tests {
     use super::*;
 
-    /// A SQLite batch sends `BEGIN` with its first statement and `COMMIT` with its last; one
-    /// that ends otherwise must leave nothing written and the single writer usable.
-    #[tokio::test]
-    async fn a_batch_that_does_not_finish_rolls_back_and_frees_the_writer() {
-        let dir = std::env::temp_dir().join(format!("courier-batch-tx-{}", std::process::id()));
+    /// A fresh SQLite store in a folder of its own under the system's temporary folder
+    /// (removed first, if an earlier run left it), and that folder.
+    async fn scratch_store(name: &str) -> (std::path::PathBuf, Store) {
+        let dir = std::env::temp_dir().join(format!("courier-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = StorageConfig {
             url: format!("sqlite://{}/t.db", dir.display()),
             ..StorageConfig::default()
         };
-        let store = Store::open(&cfg).await.unwrap();
+        (dir, Store::open(&cfg).await.unwrap())
+    }
+
+    /// A SQLite batch sends `BEGIN` with its first statement and `COMMIT` with its last; one
+    /// that ends otherwise must leave nothing written and the single writer usable.
+    #[tokio::test]
+    async fn a_batch_that_does_not_finish_rolls_back_and_frees_the_writer() {
+        let (dir, store) = scratch_store("batch-tx").await;
         let insert = "INSERT INTO server_secrets (name, value) VALUES ('k', 'v')";
         let count = || async {
             let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM server_secrets WHERE name = 'k'")
@@ -916,13 +918,7 @@ mod tests {
     /// batch.
     #[tokio::test]
     async fn a_writer_who_asks_gets_the_connection_the_committer_keeps() {
-        let dir = std::env::temp_dir().join(format!("courier-writer-asks-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cfg = StorageConfig {
-            url: format!("sqlite://{}/t.db", dir.display()),
-            ..StorageConfig::default()
-        };
-        let store = Store::open(&cfg).await.unwrap();
+        let (dir, store) = scratch_store("writer-asks").await;
         let batch =
             |n: u32| format!("INSERT INTO server_secrets (name, value) VALUES ('b{n}', 'v')");
         let other_write = |n: u32| {

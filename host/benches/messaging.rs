@@ -31,7 +31,12 @@
 //! per delivered message (from `/proc`, user + system) and its RSS after; each latency run
 //! what else the machine did meanwhile (CPU of other processes and of the kernel's own
 //! threads, iowait, and steal: CPU time the hypervisor gave to another machine, which both
-//! the server and the load generator lost). The server and its database are the
+//! the server and the load generator lost). `BENCH_CALLGRIND=1` runs the server under
+//! valgrind's callgrind (instrumentation on only while a phase is metered) and adds the
+//! server's instructions per delivered message, user space only: a count that does not
+//! move with the machine, where CPU time moves by tens of percent between runs. The server
+//! is some fifty times slower there, so only figures that do not depend on how sends batch
+//! (the live phase, say) compare with a normal run. The server and its database are the
 //! tests' (`tests/common`); its log is `server.log` in its folder under the target's tmp
 //! dir (`COURIER_LOG=courier::messaging=debug` adds each batch's size and time).
 //! Every loop is bounded by a count and by time (the `mega` phase's too: 10,000 users made
@@ -434,17 +439,32 @@ async fn pull_missed(addr: &str, tag: &str) -> f64 {
 /// A live kind from 16 senders to online peers, window 64: acked per second and notifies
 /// the peers received. Typing (`latest`) is coalesced while a peer's queue holds one;
 /// call signalling (`live`) is delivered whole.
-async fn live(addr: &str, tag: &str, secs: f64, content_type: u32, payload: &Value) -> (f64, u64) {
+async fn live(
+    (addr, pid): (&str, u32),
+    tag: &str,
+    secs: f64,
+    content_type: u32,
+    payload: &Value,
+) -> Live {
     const PAIRS: usize = 16;
     let received = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    let mut tasks = Vec::new();
+    // Every pair is connected before the clock starts: the rate is over the sending alone.
+    let mut pairs = Vec::with_capacity(PAIRS);
     for i in 0..PAIRS {
         let a = format!("{tag}ta{i}");
         let b = format!("{tag}tb{i}");
         let cid = open_known(addr, &a, &b).await;
-        let mut rx = connect(addr, &b, "r").await;
+        pairs.push((
+            cid,
+            connect(addr, &b, "r").await,
+            connect(addr, &a, "s").await,
+        ));
+    }
+    let cpu = CpuMeter::start(pid);
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for (cid, mut rx, mut ws) in pairs {
         let received = received.clone();
         tasks.push(tokio::spawn(async move {
             let until = deadline + Duration::from_secs(3);
@@ -457,11 +477,9 @@ async fn live(addr: &str, tag: &str, secs: f64, content_type: u32, payload: &Val
                 }
             }
         }));
-        let addr = addr.to_string();
         let acked = acked.clone();
         let payload = payload.clone();
         tasks.push(tokio::spawn(async move {
-            let mut ws = connect(&addr, &a, "s").await;
             let to = json!({"conversationId": cid});
             let (mut sent, mut got) = (0u64, 0u64);
             while Instant::now() < deadline && sent < 50_000_000 {
@@ -489,12 +507,25 @@ async fn live(addr: &str, tag: &str, secs: f64, content_type: u32, payload: &Val
     }
     let started = Instant::now();
     tokio::time::sleep_until(deadline.into()).await;
-    let n = acked.load(Ordering::Relaxed);
-    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let rate = acked.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
     for t in tasks {
         t.await.unwrap();
     }
-    (rate, received.load(Ordering::Relaxed))
+    Live {
+        rate,
+        acked: acked.load(Ordering::Relaxed),
+        received: received.load(Ordering::Relaxed),
+        cpu,
+    }
+}
+
+/// What `live` measured: acked per second over its time, the acks and the pushes the peers
+/// received in all, and the server's CPU from the first send.
+struct Live {
+    rate: f64,
+    acked: u64,
+    received: u64,
+    cpu: CpuMeter,
 }
 
 /// Sends `n` texts into group `cid` on `ws` (64 in flight) and waits for their acks.
@@ -894,6 +925,7 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     let cpu = Cpu {
         server: cpu_us.server / n,
         db: cpu_us.db / n,
+        instructions: cpu_us.instructions.map(|i| i / n),
     };
     let every = if f.mismatches == 0 {
         "all once".to_string()
@@ -1210,28 +1242,31 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         out.figure.insert("pull", format!("{pull:.2} ms"));
     }
     if phase("live") {
-        let cpu = CpuMeter::start(pid);
         let typing = json!({"state": "typing"});
-        let (rate, recv) = live(&server.addr, "live", secs, 5, &typing).await;
+        let l = live((&server.addr, pid), "live", secs, 5, &typing).await;
         out.record(
             name,
             pid,
             "live",
-            format!("{rate:.0} acked/s ({recv} pushes received, coalesced)"),
+            format!(
+                "{:.0} acked/s ({} pushes received, coalesced)",
+                l.rate, l.received
+            ),
             // Per send the server handled (most pushes are coalesced away).
-            cpu.per((rate * secs) as u64),
+            l.cpu.per(l.acked),
         );
         // Call signalling: every signal is delivered, none coalesced.
-        let cpu = CpuMeter::start(pid);
         let call = json!({"action": "invite", "callId": "c-1", "media": "audio"});
-        let (rate, recv) = live(&server.addr, "sig", secs, 6, &call).await;
-        let per = cpu.per(recv);
+        let l = live((&server.addr, pid), "sig", secs, 6, &call).await;
+        let per = l.cpu.per(l.received);
         out.record(
             name,
             pid,
             "signal",
             format!(
-                "{rate:.0} acked/s, {recv} delivered: {:.0} delivered per server CPU-second",
+                "{:.0} acked/s, {} delivered: {:.0} delivered per server CPU-second",
+                l.rate,
+                l.received,
                 1e6 / per.server.max(f64::MIN_POSITIVE)
             ),
             per,

@@ -3,7 +3,7 @@
 //! cache) and checked; clashes of names and content types refused. Every problem is
 //! collected, not just the first.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -89,7 +89,7 @@ impl PluginRegistry {
         }
 
         let mut by_name: BTreeMap<String, Arc<LoadedPlugin>> = BTreeMap::new();
-        let mut by_type: HashMap<u32, Arc<LoadedPlugin>> = HashMap::new();
+        let mut by_type: foldhash::HashMap<u32, Arc<LoadedPlugin>> = foldhash::HashMap::default();
         for (expected, source, bytes) in candidates {
             let entry = expected.as_ref().and_then(|n| config.plugins().get(n));
             let pin = entry.and_then(|e| e.sha256.as_deref());

@@ -93,7 +93,7 @@ pub struct Validated {
 }
 
 pub(super) struct Snapshot {
-    pub(super) by_type: HashMap<u32, Arc<LoadedPlugin>>,
+    pub(super) by_type: foldhash::HashMap<u32, Arc<LoadedPlugin>>,
     pub(super) by_name: BTreeMap<String, Arc<LoadedPlugin>>,
 }
 
@@ -122,7 +122,7 @@ impl PluginRegistry {
         let registry = PluginRegistry {
             runtime,
             current: ArcSwap::from_pointee(Snapshot {
-                by_type: HashMap::new(),
+                by_type: foldhash::HashMap::default(),
                 by_name: BTreeMap::new(),
             }),
             compiled: Mutex::new(HashMap::new()),

@@ -54,17 +54,40 @@ fn cargo() -> Command {
 
 /// The `courier` binary under test, with no COURIER_* settings from the environment but
 /// the log filter (only the test's config speaks). `BENCH_SERVER_BIN` names another build
-/// of it, for a benchmark that compares two.
+/// of it, for a benchmark that compares two; `BENCH_CALLGRIND=1` runs it under valgrind's
+/// callgrind with its instrumentation off (switched on while a phase runs), for a benchmark that counts the instructions of a phase
+/// (`callgrind_control`).
 pub fn courier() -> Command {
     let bin = std::env::var_os("BENCH_SERVER_BIN")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_courier").into());
-    let mut cmd = Command::new(bin);
+    let mut cmd = match callgrind_dir() {
+        Some(dir) => {
+            let mut cmd = Command::new("valgrind");
+            cmd.arg("--tool=callgrind")
+                .arg("--instr-atstart=no")
+                .arg(format!(
+                    "--callgrind-out-file={}/callgrind.%p",
+                    dir.display()
+                ))
+                .arg(bin);
+            cmd
+        }
+        None => Command::new(bin),
+    };
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("COURIER_") && key != "COURIER_LOG" {
             cmd.env_remove(key);
         }
     }
     cmd
+}
+
+/// With `BENCH_CALLGRIND` set, the folder where callgrind writes its counts.
+pub fn callgrind_dir() -> Option<PathBuf> {
+    std::env::var_os("BENCH_CALLGRIND")?;
+    let dir = std::env::temp_dir().join("courier-bench-callgrind");
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir)
 }
 
 /// Builds a guest workspace or crate for wasm32-wasip2 (release) into `target`; returns the

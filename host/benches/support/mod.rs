@@ -142,6 +142,8 @@ pub struct CpuMeter {
     own_start: u64,
     /// `machine_ticks()`.
     ticks_start: [u64; 3],
+    /// Under callgrind (`BENCH_CALLGRIND`): where it writes its counts.
+    callgrind: Option<std::path::PathBuf>,
 }
 
 /// CPU per delivered message, µs: the server's, and PostgreSQL's processes' on the same
@@ -150,43 +152,67 @@ pub struct CpuMeter {
 pub struct Cpu {
     pub server: f64,
     pub db: f64,
+    /// Under callgrind: the server's instructions per message (user space only: the
+    /// kernel's work for its system calls is not counted).
+    pub instructions: Option<f64>,
 }
 
 impl Cpu {
     pub fn mean(all: &[Cpu]) -> Cpu {
         let n = all.len().max(1) as f64;
+        let counted: Vec<f64> = all.iter().filter_map(|c| c.instructions).collect();
         Cpu {
             server: all.iter().map(|c| c.server).sum::<f64>() / n,
             db: all.iter().map(|c| c.db).sum::<f64>() / n,
+            instructions: (!counted.is_empty())
+                .then(|| counted.iter().sum::<f64>() / counted.len() as f64),
         }
     }
 
-    /// `12.3`, or `12.3 + 4.5 PostgreSQL` when the database's own CPU is counted.
+    /// `12.3`, or `12.3 + 4.5 PostgreSQL` when the database's own CPU is counted; under
+    /// callgrind followed by the instructions, `12.3 (45.6k instructions)`.
     pub fn shown(&self, postgres: bool) -> String {
-        match postgres {
+        let cpu = match postgres {
             true => format!("{:.1} + {:.1} PostgreSQL", self.server, self.db),
             false => format!("{:.1}", self.server),
+        };
+        match self.instructions {
+            Some(i) => format!("{cpu} ({:.1}k instructions)", i / 1000.0),
+            None => cpu,
         }
     }
 }
 
 impl CpuMeter {
     pub fn start(pid: u32) -> CpuMeter {
+        let callgrind = crate::common::callgrind_dir();
+        if callgrind.is_some() {
+            callgrind_control(pid, "--instr=on");
+            callgrind_control(pid, "--zero");
+        }
         CpuMeter {
             pid,
             start: cpu_micros(pid),
             db_start: postgres_cpu_micros(),
             own_start: cpu_micros(std::process::id()),
             ticks_start: machine_ticks(),
+            callgrind,
         }
     }
 
-    /// µs of CPU per delivered message since `start`.
+    /// µs of CPU per delivered message since `start` (under callgrind, and the
+    /// instructions; counting stops here).
     pub fn per(&self, delivered: u64) -> Cpu {
         let n = delivered.max(1) as f64;
+        let instructions = self.callgrind.as_deref().map(|dir| {
+            callgrind_control(self.pid, "--dump");
+            callgrind_control(self.pid, "--instr=off");
+            last_dump_total(dir, self.pid) as f64 / n
+        });
         Cpu {
             server: cpu_micros(self.pid).saturating_sub(self.start) as f64 / n,
             db: postgres_cpu_micros().saturating_sub(self.db_start) as f64 / n,
+            instructions,
         }
     }
 
@@ -204,6 +230,43 @@ impl CpuMeter {
             steal_ms: steal.saturating_sub(steal0) * 10,
         }
     }
+}
+
+/// Runs `callgrind_control OPTION PID`, which returns once the server has done it.
+fn callgrind_control(pid: u32, option: &str) {
+    let status = std::process::Command::new("callgrind_control")
+        .arg(option)
+        .arg(pid.to_string())
+        .stdout(std::process::Stdio::null())
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "callgrind_control {option} {pid} failed"
+    );
+}
+
+/// The instructions counted in the newest of the server's callgrind dumps (`totals:`).
+fn last_dump_total(dir: &std::path::Path, pid: u32) -> u64 {
+    let prefix = format!("callgrind.{pid}.");
+    let newest = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n: u64 = name.strip_prefix(&prefix)?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .max_by_key(|(n, _)| *n);
+    let Some((_, path)) = newest else {
+        panic!("no callgrind dump of {pid} in {}", dir.display())
+    };
+    std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("totals:"))
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no totals in {}", path.display()))
 }
 
 /// A run's machine, ms summed over the CPUs: the CPU none of ours used (what the machine

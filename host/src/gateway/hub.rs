@@ -3,8 +3,9 @@
 //! and every removal compares session ids, so a late close or kick never removes the
 //! newer connection.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -86,7 +87,7 @@ pub struct Load {
 
 pub struct Hub {
     shards: Box<[Shard]>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: foldhash::fast::RandomState,
     online: AtomicU64,
     /// The bytes waiting in every outbox of this node.
     budget: Arc<NodeBudget>,

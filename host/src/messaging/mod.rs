@@ -11,9 +11,10 @@ mod known;
 mod route;
 mod rules;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use foldhash::{HashMap, HashMapExt};
 
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};

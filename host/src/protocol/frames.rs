@@ -14,8 +14,19 @@ pub fn raw(payload: &str) -> Box<RawValue> {
     })
 }
 
+/// Room a frame's buffer starts with: an ack or a push of a short message fits without
+/// growing it (`serde_json::to_string` starts at 128 bytes and grows by copying).
+const FRAME_CAPACITY: usize = 256;
+
 fn encode(v: &impl Serialize) -> Utf8Bytes {
-    Utf8Bytes::from(serde_json::to_string(v).expect("frames serialize"))
+    let mut out = Vec::with_capacity(FRAME_CAPACITY);
+    serde_json::to_writer(&mut out, v).expect("frames serialize");
+    utf8(out)
+}
+
+/// serde_json writes UTF-8 only.
+fn utf8(json: Vec<u8>) -> Utf8Bytes {
+    Utf8Bytes::from(String::from_utf8(json).expect("JSON is UTF-8"))
 }
 
 /// The one envelope of a pushed message. Stored messages carry seq, msgId and serverTime;
@@ -157,22 +168,31 @@ pub struct ReceivedAck {
     pub moved: bool,
 }
 
-#[derive(Serialize)]
-struct Ack<'a, T: Serialize> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<&'a str>,
-    #[serde(flatten)]
-    body: &'a T,
-}
-
+/// An `ack` frame: `type` and `id` first, then the fields of `body`, which serializes as a
+/// JSON object. The body is written after them with its opening brace turned into a comma,
+/// instead of through serde's `flatten`, which sends every field through a map serializer.
 pub fn ack<T: Serialize>(id: Option<&str>, body: &T) -> Utf8Bytes {
-    encode(&Ack {
-        kind: "ack",
-        id,
-        body,
-    })
+    let mut out = Vec::with_capacity(FRAME_CAPACITY);
+    out.extend_from_slice(br#"{"type":"ack""#);
+    if let Some(id) = id {
+        out.extend_from_slice(br#","id":"#);
+        serde_json::to_writer(&mut out, id).expect("a string serializes");
+    }
+    let body_at = out.len();
+    serde_json::to_writer(&mut out, body).expect("frames serialize");
+    assert_eq!(
+        out.get(body_at),
+        Some(&b'{'),
+        "an ack's body is a JSON object"
+    );
+    if out.len() == body_at + 2 {
+        // `{}`: nothing to add.
+        out.truncate(body_at);
+        out.push(b'}');
+    } else {
+        out[body_at] = b',';
+    }
+    utf8(out)
 }
 
 pub fn error(id: Option<&str>, e: &Error) -> Utf8Bytes {
@@ -516,5 +536,31 @@ mod type_tests {
             assert_eq!(type_of(frame.as_str()), kind, "{frame}");
         }
         assert_eq!(type_of(r#"{"seq":1}"#), "other");
+    }
+
+    #[test]
+    fn an_ack_carries_its_id_then_the_fields_of_its_body() {
+        let body = LiveAck {
+            live: true,
+            conversation_id: 7,
+            conversation_type: 1,
+            delivered: 2,
+        };
+        assert_eq!(
+            ack(Some("a\"b"), &body).as_str(),
+            r#"{"type":"ack","id":"a\"b","live":true,"conversationId":7,"conversationType":1,"delivered":2}"#
+        );
+        assert_eq!(
+            ack(None, &body).as_str(),
+            r#"{"type":"ack","live":true,"conversationId":7,"conversationType":1,"delivered":2}"#
+        );
+        assert_eq!(
+            ack(Some("1"), &serde_json::json!({})).as_str(),
+            r#"{"type":"ack","id":"1"}"#
+        );
+        assert_eq!(
+            ack(None, &serde_json::json!({})).as_str(),
+            r#"{"type":"ack"}"#
+        );
     }
 }

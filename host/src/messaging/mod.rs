@@ -11,10 +11,9 @@ mod known;
 mod route;
 mod rules;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-use foldhash::{HashMap, HashMapExt};
 
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
@@ -126,8 +125,9 @@ pub struct Core {
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
     /// Members by conversation, for live sends, with their roles, mutes and blocks; dropped
-    /// by every change this node commits to them.
-    members: Mutex<HashMap<i64, Cached<Members>>>,
+    /// by every change this node commits to them. Keyed by conversation ids, which the
+    /// server assigns, so hashed with foldhash (faster than std's SipHash).
+    members: Mutex<foldhash::HashMap<i64, Cached<Members>>>,
     /// What this node read of each account seen in a token (`accounts.rs`).
     accounts: Mutex<HashMap<String, Cached<accounts::Account>>>,
     /// Message ids (the committers' and the server's tips).
@@ -192,7 +192,7 @@ impl Core {
             batches,
             commits,
             routes,
-            members: Mutex::new(HashMap::new()),
+            members: Mutex::new(foldhash::HashMap::default()),
             accounts: Mutex::new(HashMap::new()),
             ids,
             generation: AtomicU64::new(0),

@@ -371,9 +371,9 @@ fn validate_normalizes_and_previews() {
     let v = reg
         .validate(1, &user(1), br#"{"text":"  hello  "}"#)
         .unwrap();
-    assert_eq!(v.payload, r#"{"text":"hello"}"#);
+    assert_eq!(v.payload.get(), r#"{"text":"hello"}"#);
     assert_eq!(v.plugin.manifest.name, "text");
-    assert_eq!(reg.preview(1, &v.payload), "hello");
+    assert_eq!(reg.preview(1, v.payload.get()), "hello");
     assert_eq!(
         reg.preview(
             10,
@@ -459,13 +459,13 @@ fn misbehaving_plugins_fail_one_message_and_the_host_keeps_serving() {
         assert_eq!(
             reg.validate(ct, &user(1), br#"{"text":"ok"}"#)
                 .unwrap()
-                .payload,
+                .into_text(),
             r#"{"text":"ok"}"#
         );
         assert_eq!(
             reg.validate(1, &user(1), br#"{"text":"still here"}"#)
                 .unwrap()
-                .payload,
+                .into_text(),
             r#"{"text":"still here"}"#
         );
         let stats = reg.by_name(name).unwrap().stats();
@@ -519,11 +519,11 @@ fn fresh_and_pooled_isolation_give_the_same_results() {
     ] {
         let a = pooled
             .validate(1, &user(2), payload)
-            .map(|v| v.payload)
+            .map(|v| v.into_text())
             .map_err(|e| e.to_string());
         let b = fresh
             .validate(1, &user(2), payload)
-            .map(|v| v.payload)
+            .map(|v| v.into_text())
             .map_err(|e| e.to_string());
         assert_eq!(a, b);
     }
@@ -617,7 +617,7 @@ fn compiled_plugins_are_cached_on_disk_and_a_bad_entry_is_recompiled() {
         second
             .validate(1, &user(1), br#"{"text":" hi "}"#)
             .unwrap()
-            .payload,
+            .into_text(),
         r#"{"text":"hi"}"#
     );
     // A corrupted entry is detected by its hash and recompiled, not run.
@@ -642,7 +642,7 @@ fn compiled_plugins_are_cached_on_disk_and_a_bad_entry_is_recompiled() {
         third
             .validate(1, &user(1), br#"{"text":" ok "}"#)
             .unwrap()
-            .payload,
+            .into_text(),
         r#"{"text":"ok"}"#
     );
     assert_ne!(
@@ -723,7 +723,7 @@ fn a_plugin_that_sleeps_does_not_hold_the_host() {
         // An hour's sleep, then Duration::MAX: time does not pass inside the sandbox.
         let r = reg
             .validate(9008, &user(1), br#"{"text":"zzz"}"#)
-            .map(|v| v.payload);
+            .map(|v| v.into_text());
         tx.send(r.map_err(|e| e.to_string())).unwrap();
     });
     let result = rx

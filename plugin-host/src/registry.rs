@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
+use serde_json::value::RawValue;
 use wasmtime::component::Component;
 
 use super::manifest::{Delivery, Manifest, SenderKind};
@@ -85,11 +86,18 @@ impl ValidateError {
     }
 }
 
-/// A payload the plugin accepted, normalized.
+/// A payload the plugin accepted, normalized: JSON, read once when it came back.
 #[derive(Debug, Clone)]
 pub struct Validated {
     pub plugin: Arc<LoadedPlugin>,
-    pub payload: String,
+    pub payload: Box<RawValue>,
+}
+
+impl Validated {
+    /// The normalized payload as text.
+    pub fn into_text(self) -> String {
+        Box::<str>::from(self.payload).into_string()
+    }
 }
 
 pub(super) struct Snapshot {
@@ -188,7 +196,7 @@ impl PluginRegistry {
         }
         let text = precheck(m, ctx, payload)?;
         let (answer, cost) = plugin.pool.validate(ctx, text);
-        match answer.and_then(|r| check_output(m, r)) {
+        match answer.and_then(|r| checked_output(m, r)) {
             Ok(Ok(normalized)) => {
                 plugin.record(Outcome::Accepted, &cost);
                 Ok(Validated {
@@ -371,6 +379,14 @@ fn remember(history: &mut HashMap<u32, (String, Delivery, bool)>, snapshot: &Sna
 /// `normalized_too_large`); a rejection code must be `[a-z0-9_]{1,64}` (else the plugin
 /// failed); a message is cut to one line of 300 characters.
 pub fn check_output(m: &Manifest, result: Result<String, (String, String)>) -> ValidateOutcome {
+    checked_output(m, result).map(|r| r.map(|json| Box::<str>::from(json).into_string()))
+}
+
+/// `check_output`, keeping the normalized payload as the JSON it was read as.
+fn checked_output(
+    m: &Manifest,
+    result: Result<String, (String, String)>,
+) -> Result<Result<Box<RawValue>, (String, String)>, CallFailure> {
     match result {
         Ok(normalized) => {
             // Normalizing may add to a payload near the limit (a default filled in): the
@@ -385,12 +401,12 @@ pub fn check_output(m: &Manifest, result: Result<String, (String, String)>) -> V
                     ),
                 )));
             }
-            if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&normalized) {
-                return Err(CallFailure::Contract(format!(
+            match RawValue::from_string(normalized) {
+                Ok(json) => Ok(Ok(json)),
+                Err(e) => Err(CallFailure::Contract(format!(
                     "returned a normalized payload that is not JSON: {e}"
-                )));
+                ))),
             }
-            Ok(Ok(normalized))
         }
         Err((code, message)) => {
             let code_ok = !code.is_empty()

@@ -565,10 +565,8 @@ async fn dry_run(
         registry
             .validate(req.content_type, &ctx, payload.as_bytes())
             .map(|v| {
-                (
-                    v.payload.clone(),
-                    registry.preview(req.content_type, &v.payload),
-                )
+                let preview = registry.preview(req.content_type, v.payload.get());
+                (v.into_text(), preview)
             })
     })
     .await

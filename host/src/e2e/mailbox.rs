@@ -118,7 +118,7 @@ impl Core {
             targets.push(Target {
                 user_id: m.user_id.clone(),
                 device_id: m.device_id.clone(),
-                payload: v.payload,
+                payload: v.into_text(),
             });
         }
         let now = now_ms();

@@ -249,7 +249,7 @@ impl Core {
         let m = &v.plugin.manifest;
         if m.delivery.is_stored() {
             let recalls = if m.name == "recall" {
-                let seq = serde_json::from_str::<serde_json::Value>(&v.payload)
+                let seq = serde_json::from_str::<serde_json::Value>(v.payload.get())
                     .ok()
                     .and_then(|p| p.get("seq").and_then(|s| s.as_i64()));
                 Some(seq.ok_or_else(|| {
@@ -264,20 +264,18 @@ impl Core {
                 sender_id: sender.to_string(),
                 client_msg_id: req.client_msg_id,
                 content_type: req.content_type,
-                payload: v.payload,
                 counts_unread: m.counts_unread,
+                payload: v.into_text(),
                 recalls,
                 received,
             }))
         } else {
-            let payload = RawValue::from_string(v.payload)
-                .map_err(|_| Error::internal("the plugin returned a payload that is not JSON"))?;
             Ok(Prepared::Live(LiveSend {
                 target,
                 conversation_type: req.conversation_type,
                 content_type: req.content_type,
                 delivery: m.delivery,
-                payload,
+                payload: v.payload,
                 received,
             }))
         }

@@ -203,7 +203,7 @@ impl Core {
         let v = tokio::task::block_in_place(|| {
             self.registry.validate(content_type, &ctx, text.as_bytes())
         })?;
-        Ok((content_type, v.payload))
+        Ok((content_type, v.into_text()))
     }
 }
 

@@ -440,7 +440,8 @@ async fn pull_missed(addr: &str, tag: &str) -> f64 {
 /// the peers received. Typing (`latest`) is coalesced while a peer's queue holds one;
 /// call signalling (`live`) is delivered whole.
 async fn live(
-    (addr, pid): (&str, u32),
+    addr: &str,
+    pid: u32,
     tag: &str,
     secs: f64,
     content_type: u32,
@@ -1243,7 +1244,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
     }
     if phase("live") {
         let typing = json!({"state": "typing"});
-        let l = live((&server.addr, pid), "live", secs, 5, &typing).await;
+        let l = live(&server.addr, pid, "live", secs, 5, &typing).await;
         out.record(
             name,
             pid,
@@ -1257,7 +1258,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         );
         // Call signalling: every signal is delivered, none coalesced.
         let call = json!({"action": "invite", "callId": "c-1", "media": "audio"});
-        let l = live((&server.addr, pid), "sig", secs, 6, &call).await;
+        let l = live(&server.addr, pid, "sig", secs, 6, &call).await;
         let per = l.cpu.per(l.received);
         out.record(
             name,

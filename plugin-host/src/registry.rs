@@ -96,8 +96,13 @@ pub struct Validated {
 impl Validated {
     /// The normalized payload as text.
     pub fn into_text(self) -> String {
-        Box::<str>::from(self.payload).into_string()
+        text(self.payload)
     }
+}
+
+/// JSON as the text it was read from (no copy).
+fn text(json: Box<RawValue>) -> String {
+    Box::<str>::from(json).into_string()
 }
 
 pub(super) struct Snapshot {
@@ -379,7 +384,7 @@ fn remember(history: &mut HashMap<u32, (String, Delivery, bool)>, snapshot: &Sna
 /// `normalized_too_large`); a rejection code must be `[a-z0-9_]{1,64}` (else the plugin
 /// failed); a message is cut to one line of 300 characters.
 pub fn check_output(m: &Manifest, result: Result<String, (String, String)>) -> ValidateOutcome {
-    checked_output(m, result).map(|r| r.map(|json| Box::<str>::from(json).into_string()))
+    checked_output(m, result).map(|r| r.map(text))
 }
 
 /// `check_output`, keeping the normalized payload as the JSON it was read as.

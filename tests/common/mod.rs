@@ -55,8 +55,8 @@ fn cargo() -> Command {
 /// The `courier` binary under test, with no COURIER_* settings from the environment but
 /// the log filter (only the test's config speaks). `BENCH_SERVER_BIN` names another build
 /// of it, for a benchmark that compares two; `BENCH_CALLGRIND=1` runs it under valgrind's
-/// callgrind with its instrumentation off (switched on while a phase runs), for a benchmark that counts the instructions of a phase
-/// (`callgrind_control`).
+/// callgrind with its instrumentation off until a phase switches it on, for a benchmark
+/// that counts a phase's instructions (`callgrind_control`).
 pub fn courier() -> Command {
     let bin = std::env::var_os("BENCH_SERVER_BIN")
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_courier").into());

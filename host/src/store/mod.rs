@@ -861,6 +861,13 @@ mod tests {
         (dir, Store::open(&cfg).await.unwrap())
     }
 
+    /// Writes `body` as a whole batch in `tx` (with its `BEGIN` and `COMMIT`) and commits.
+    async fn commit_batch(mut tx: BatchTx<'_>, body: &str) {
+        let sql = format!("{}{body}{}", tx.opening(), tx.closing());
+        tx.conn().execute(sql.as_str()).await.unwrap();
+        tx.finish(true).await.unwrap();
+    }
+
     /// A SQLite batch sends `BEGIN` with its first statement and `COMMIT` with its last; one
     /// that ends otherwise must leave nothing written and the single writer usable.
     #[tokio::test]
@@ -896,10 +903,7 @@ mod tests {
         );
         writer.release();
         assert_eq!(count().await, 0, "an aborted batch wrote");
-        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
-        let sql = format!("{}{insert}{}", tx.opening(), tx.closing());
-        tx.conn().execute(sql.as_str()).await.unwrap();
-        tx.finish(true).await.unwrap();
+        commit_batch(store.begin_batch(&mut writer, true).await.unwrap(), insert).await;
         writer.release();
         assert_eq!(count().await, 1, "a finished batch was not written");
         // The connection went back to the pool outside any transaction.
@@ -934,10 +938,11 @@ mod tests {
             })
         };
         let mut writer = Writer::default();
-        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
-        let sql = format!("{}{}{}", tx.opening(), batch(1), tx.closing());
-        tx.conn().execute(sql.as_str()).await.unwrap();
-        tx.finish(true).await.unwrap();
+        commit_batch(
+            store.begin_batch(&mut writer, true).await.unwrap(),
+            &batch(1),
+        )
+        .await;
         store.release_if_asked(&mut writer);
         assert!(
             writer.holds(),
@@ -956,13 +961,11 @@ mod tests {
         let done = tokio::time::timeout(limit, other).await;
         assert_eq!(done.expect("the other write got no connection").unwrap(), 1);
         // Asked during a batch: given back after it.
-        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
+        let tx = store.begin_batch(&mut writer, true).await.unwrap();
         let other = other_write(2);
         let asked = tokio::time::timeout(limit, store.writer_asked()).await;
         asked.expect("the other write never asked");
-        let sql = format!("{}{}{}", tx.opening(), batch(2), tx.closing());
-        tx.conn().execute(sql.as_str()).await.unwrap();
-        tx.finish(true).await.unwrap();
+        commit_batch(tx, &batch(2)).await;
         store.release_if_asked(&mut writer);
         assert!(
             !writer.holds(),
@@ -971,10 +974,11 @@ mod tests {
         let done = tokio::time::timeout(limit, other).await;
         assert_eq!(done.expect("the other write got no connection").unwrap(), 1);
         // The next batch takes it again, and everything was written once.
-        let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
-        let sql = format!("{}{}{}", tx.opening(), batch(3), tx.closing());
-        tx.conn().execute(sql.as_str()).await.unwrap();
-        tx.finish(true).await.unwrap();
+        commit_batch(
+            store.begin_batch(&mut writer, true).await.unwrap(),
+            &batch(3),
+        )
+        .await;
         writer.release();
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM server_secrets WHERE value = 'v'")
             .fetch_one(store.write())

@@ -806,6 +806,21 @@ async fn bad_input_gets_documented_codes(b: Backend) {
         invalid["reason"].is_string(),
         "payload_invalid carries the plugin's reason: {invalid}"
     );
+    // A value of the wrong kind where a kind reads one of a few names (`typing`'s state)
+    // is a wrong field, not broken JSON (docs/protocol.md).
+    for state in [json!(null), json!(7)] {
+        a.send(
+            json!({"type": "send", "id": "s13", "clientMsgId": "b13", "conversationType": 1,
+            "conversationId": cid, "contentType": 5, "payload": {"state": state}}),
+        )
+        .await;
+        let wrong = a.expect("error").await;
+        assert_eq!(
+            (wrong["code"].as_str(), wrong["reason"].as_str()),
+            (Some("payload_invalid"), Some("invalid_field")),
+            "{wrong}"
+        );
+    }
     a.send(json!({"type": "ping", "id": "p"})).await;
     assert_eq!(a.expect("pong").await["id"], "p");
 

@@ -127,6 +127,16 @@ pub mod adapter {
         serde_json::from_str(payload).map_err(|e| {
             use serde_json::error::Category;
             match e.classify() {
+                // serde_json calls a value of the wrong kind where an enum is read (`null`,
+                // a number) a syntax error: the payload is JSON, one of its fields is wrong.
+                Category::Syntax
+                    if serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok() =>
+                {
+                    Rejection::new(
+                        "invalid_field",
+                        format!("a field's value is not one its type allows: {e}"),
+                    )
+                }
                 Category::Syntax | Category::Eof | Category::Io => {
                     Rejection::new("malformed_json", format!("payload is not valid JSON: {e}"))
                 }
@@ -192,6 +202,14 @@ mod tests {
     #[serde(deny_unknown_fields)]
     struct Note {
         text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mood: Option<Mood>,
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Mood {
+        Happy,
     }
 
     struct NoteKind;
@@ -214,6 +232,7 @@ mod tests {
         fn validate(_ctx: &Context, p: Note) -> Result<Note, Rejection> {
             Ok(Note {
                 text: check::text("text", &p.text, 10)?,
+                mood: p.mood,
             })
         }
         fn preview(p: &Note) -> String {
@@ -241,6 +260,21 @@ mod tests {
         );
         assert_eq!(validate(r#"{"text":"hi"}"#), Ok(r#"{"text":"hi"}"#.into()));
         assert_eq!(validate("{").unwrap_err().0, "malformed_json");
+        assert_eq!(validate(r#"{"text":"hi""#).unwrap_err().0, "malformed_json");
+        assert_eq!(
+            validate(r#"{"text":"hi","mood":"happy"}"#),
+            Ok(r#"{"text":"hi","mood":"happy"}"#.into())
+        );
+        // A value of the wrong kind for an enum is a wrong field, not broken JSON.
+        for wrong in ["7", "true", "[]", r#""sad""#] {
+            assert_eq!(
+                validate(&format!(r#"{{"text":"hi","mood":{wrong}}}"#))
+                    .unwrap_err()
+                    .0,
+                "invalid_field",
+                "{wrong}"
+            );
+        }
         assert_eq!(validate(r#"{"text":1}"#).unwrap_err().0, "invalid_field");
         assert_eq!(
             validate(r#"{"text":"a","x":1}"#).unwrap_err().0,

@@ -393,9 +393,10 @@ struct Hot {
 
 std::thread_local! {
     /// `SENDS` by content type and outcome, as they come: each thread's own, so a send
-    /// takes no lock that another core holds.
+    /// takes no lock that another core holds. The keys are the server's own (the content
+    /// types of its plugins, its outcomes), so they are hashed with foldhash, not SipHash.
     static SENDS_SEEN: std::cell::RefCell<
-        std::collections::HashMap<(Option<u32>, &'static str), metrics::Counter>,
+        foldhash::HashMap<(Option<u32>, &'static str), metrics::Counter>,
     > = std::cell::RefCell::default();
 }
 

@@ -8,14 +8,14 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 const MAX_SDP: usize = 32 * 1024;
 
-#[derive(Serialize, Deserialize, Clone, Copy, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 enum Media {
     Audio,
     Video,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 enum Action {
     Invite,
@@ -89,8 +89,9 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
 }
 
 impl Signal {
-    /// The fields besides `action` and `callId`, by name, and whether this signal has them.
-    fn fields(&self) -> [(&'static str, bool); 7] {
+    /// The fields besides `action` and `callId`, by name, and whether this signal gives
+    /// them.
+    fn given(&self) -> [(&'static str, bool); 7] {
         [
             ("media", self.media.is_some()),
             ("reason", self.reason.is_some()),
@@ -122,7 +123,7 @@ impl Action {
 /// type is).
 fn fields_of_action(s: &Signal) -> Result<(), Rejection> {
     let (needed, optional) = s.action.fields();
-    for (field, there) in s.fields() {
+    for (field, there) in s.given() {
         if there && !needed.contains(&field) && !optional.contains(&field) {
             return Err(Rejection::new(
                 "invalid_field",

@@ -807,18 +807,24 @@ async fn bad_input_gets_documented_codes(b: Backend) {
         "payload_invalid carries the plugin's reason: {invalid}"
     );
     // A value of the wrong kind where a kind reads one of a few names (`typing`'s state)
-    // is a wrong field, not broken JSON (docs/protocol.md).
-    for state in [json!(null), json!(7)] {
+    // is a wrong field, not broken JSON; so is a payload that is not an object, though it
+    // holds the fields a kind reads, in order (docs/protocol.md).
+    for (kind, payload) in [
+        (5, json!({"state": null})),
+        (5, json!({"state": 7})),
+        (5, json!(["typing"])),
+        (1, json!(["hi"])),
+    ] {
         a.send(
             json!({"type": "send", "id": "s13", "clientMsgId": "b13", "conversationType": 1,
-            "conversationId": cid, "contentType": 5, "payload": {"state": state}}),
+            "conversationId": cid, "contentType": kind, "payload": payload}),
         )
         .await;
         let wrong = a.expect("error").await;
         assert_eq!(
             (wrong["code"].as_str(), wrong["reason"].as_str()),
             (Some("payload_invalid"), Some("invalid_field")),
-            "{wrong}"
+            "{payload}: {wrong}"
         );
     }
     a.send(json!({"type": "ping", "id": "p"})).await;

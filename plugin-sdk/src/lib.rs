@@ -123,25 +123,35 @@ pub mod adapter {
         P::examples().into_iter().map(Into::into).collect()
     }
 
+    /// The payload as `P` reads it. A payload is a JSON object (docs/protocol.md): serde
+    /// would also read a struct from an array of its fields.
     fn parse<P: Plugin>(payload: &str) -> Result<P::Payload, Rejection> {
-        serde_json::from_str(payload).map_err(|e| {
-            use serde_json::error::Category;
-            match e.classify() {
-                // serde_json calls a value of the wrong kind where an enum is read (`null`,
-                // a number) a syntax error: the payload is JSON, one of its fields is wrong.
-                Category::Syntax
-                    if serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok() =>
-                {
-                    Rejection::new(
-                        "invalid_field",
-                        format!("a field's value is not one its type allows: {e}"),
-                    )
-                }
-                Category::Syntax | Category::Eof | Category::Io => {
-                    Rejection::new("malformed_json", format!("payload is not valid JSON: {e}"))
-                }
-                Category::Data => Rejection::new("invalid_field", e.to_string()),
+        use serde_json::error::Category;
+        let malformed =
+            |e| Rejection::new("malformed_json", format!("payload is not valid JSON: {e}"));
+        let first = payload
+            .bytes()
+            .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+        if first != Some(b'{') {
+            return Err(
+                match serde_json::from_str::<serde::de::IgnoredAny>(payload) {
+                    Ok(_) => Rejection::new("invalid_field", "payload must be a JSON object"),
+                    Err(e) => malformed(e),
+                },
+            );
+        }
+        serde_json::from_str(payload).map_err(|e| match e.classify() {
+            // serde_json calls some values a type cannot read syntax errors (`null` or a
+            // number where a derived enum is read, a number too large for any type,
+            // nesting deeper than 128): the payload is JSON, a field of it is wrong.
+            Category::Syntax if serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok() => {
+                Rejection::new(
+                    "invalid_field",
+                    format!("a field's value is not one its type allows: {e}"),
+                )
             }
+            Category::Syntax | Category::Eof | Category::Io => malformed(e),
+            Category::Data => Rejection::new("invalid_field", e.to_string()),
         })
     }
 
@@ -261,6 +271,18 @@ mod tests {
         assert_eq!(validate(r#"{"text":"hi"}"#), Ok(r#"{"text":"hi"}"#.into()));
         assert_eq!(validate("{").unwrap_err().0, "malformed_json");
         assert_eq!(validate(r#"{"text":"hi""#).unwrap_err().0, "malformed_json");
+        assert_eq!(
+            validate(r#"{"text":"hi"} x"#).unwrap_err().0,
+            "malformed_json"
+        );
+        // A struct is read from an object only, not from an array of its fields.
+        assert_eq!(
+            validate(r#" ["hi"]"#).unwrap_err(),
+            (
+                "invalid_field".into(),
+                "payload must be a JSON object".into()
+            )
+        );
         assert_eq!(
             validate(r#"{"text":"hi","mood":"happy"}"#),
             Ok(r#"{"text":"hi","mood":"happy"}"#.into())

@@ -4,6 +4,10 @@
 use courier_plugin_sdk::{
     Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
 };
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 const MAX_SDP: usize = 32 * 1024;
@@ -37,6 +41,7 @@ enum Action {
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Signal {
+    #[serde(deserialize_with = "name")]
     action: Action,
     call_id: String,
     #[serde(
@@ -81,6 +86,22 @@ struct Signal {
         skip_serializing_if = "Option::is_none"
     )]
     sdp_m_line_index: Option<Option<u32>>,
+}
+
+/// An enum read from its name only (a derived enum also reads `{"accept": null}`), without
+/// copying the name.
+fn name<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    struct Name<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Name<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            T::deserialize(v.into_deserializer())
+        }
+    }
+    d.deserialize_str(Name(PhantomData))
 }
 
 /// A field that is there, as its own type (which says whether `null` is allowed).

@@ -129,27 +129,25 @@ pub mod adapter {
         use serde_json::error::Category;
         let malformed =
             |e| Rejection::new("malformed_json", format!("payload is not valid JSON: {e}"));
+        // Whether the payload is JSON at all (asked only when it is refused).
+        let json = || serde_json::from_str::<serde::de::IgnoredAny>(payload);
         let first = payload
             .bytes()
             .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
         if first != Some(b'{') {
-            return Err(
-                match serde_json::from_str::<serde::de::IgnoredAny>(payload) {
-                    Ok(_) => Rejection::new("invalid_field", "payload must be a JSON object"),
-                    Err(e) => malformed(e),
-                },
-            );
+            return Err(match json() {
+                Ok(_) => Rejection::new("invalid_field", "payload must be a JSON object"),
+                Err(e) => malformed(e),
+            });
         }
         serde_json::from_str(payload).map_err(|e| match e.classify() {
             // serde_json calls some values a type cannot read syntax errors (`null` or a
             // number where a derived enum is read, a number too large for any type,
             // nesting deeper than 128): the payload is JSON, a field of it is wrong.
-            Category::Syntax if serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok() => {
-                Rejection::new(
-                    "invalid_field",
-                    format!("a field's value is not one its type allows: {e}"),
-                )
-            }
+            Category::Syntax if json().is_ok() => Rejection::new(
+                "invalid_field",
+                format!("a field's value is not one its type allows: {e}"),
+            ),
             Category::Syntax | Category::Eof | Category::Io => malformed(e),
             Category::Data => Rejection::new("invalid_field", e.to_string()),
         })

@@ -560,6 +560,54 @@ async fn slow_readers_are_held_to_a_byte_budget_and_the_memory_comes_back() {
     );
 }
 
+/// A reader that stops reading while pushes keep coming, then reads again, gets every push
+/// whole and in order. The kernel's buffers fill partway through a frame; the server
+/// writes a push to an idle connection's socket itself, and what it could not write then
+/// is finished before any other frame follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_pauses_gets_every_push_whole_and_in_order() {
+    let extra = "[gateway]\nmax_frame_bytes = 65536\noutbox_frames = 8192\n\
+                 outbox_bytes = 67108864\nsend_rate_per_sec = 1000000\nsend_burst = 1000000\n";
+    let (_db, s) = server(
+        Sections {
+            extra,
+            ..Sections::default()
+        },
+        "paused-reader",
+    )
+    .await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut sender = s.connect(&alice, "sender").await;
+    // A small receive buffer, so the server's writes stop partway through a frame soon.
+    let mut reader = Ws::connect_with_buffer(&s.addr, &bob.token, "paused", 8192).await;
+    // Texts of 0.5 to 3.8 KB (a text holds at most 4,000 characters), their lengths
+    // stepping by an odd amount so frames end anywhere in the socket's buffer: about 6.5
+    // MB in all, sent while the reader reads nothing.
+    const N: usize = 3000;
+    let body = |i: usize| format!("{i:05} {}", "x".repeat(500 + i * 1237 % 3300));
+    let frames: Vec<Value> = (0..N)
+        .map(|i| text(&format!("t{i}"), &format!("p-{i}"), peer(&bob.id), &body(i)))
+        .collect();
+    for chunk in frames.chunks(500) {
+        let answers = sender.send_all(chunk, 100).await;
+        if let Some(refused) = answers.values().find(|a| a["type"] != "ack") {
+            panic!("a send refused: {refused}");
+        }
+    }
+    for i in 0..N {
+        let n = reader.expect("notify").await;
+        assert_eq!(
+            n["payload"]["text"].as_str(),
+            Some(body(i).as_str()),
+            "push {i} out of order or broken"
+        );
+    }
+    // And the connection goes on as before.
+    send_ok(&mut sender, text("last", "p-last", peer(&bob.id), "after")).await;
+    assert_eq!(reader.expect("notify").await["payload"]["text"], "after");
+}
+
 /// Registers (or logs in) as a client honouring `503 busy` and `Retry-After` would; the
 /// answer that was not `busy`.
 async fn auth_call(s: &Server, path: &str, user: &str) -> Answer {

@@ -28,7 +28,8 @@
 //! `BENCH_REPEAT=5` runs the latency phase five times (the summary adds the median of their
 //! p99s), and `BENCH_LAT_BYTES=600` pads its messages' text to about that many bytes
 //! (default: the send time alone, about 10). Each timed phase also prints the server's CPU
-//! per delivered message (from `/proc`, user + system) and its RSS after; each latency run
+//! per delivered message (from `/proc`, user + system, and the system part alone: the
+//! kernel's, which on loopback includes the receiving side of every socket write) and its RSS after; each latency run
 //! what else the machine did meanwhile (CPU of other processes and of the kernel's own
 //! threads, iowait, and steal: CPU time the hypervisor gave to another machine, which both
 //! the server and the load generator lost). `BENCH_CALLGRIND=1` runs the server under
@@ -925,6 +926,7 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
     let n = deliveries.max(1) as f64;
     let cpu = Cpu {
         server: cpu_us.server / n,
+        kernel: cpu_us.kernel / n,
         db: cpu_us.db / n,
         instructions: cpu_us.instructions.map(|i| i / n),
     };
@@ -1496,9 +1498,10 @@ fn main() {
     ] {
         row(label, &|r| r.figure.get(key).cloned());
         if results.iter().any(|(_, r)| r.cpu.contains_key(key)) {
-            row("… server CPU µs per delivered message", &|r| {
-                r.cpu.get(key).cloned()
-            });
+            row(
+                "… server CPU µs per delivered message (the kernel's part)",
+                &|r| r.cpu.get(key).cloned(),
+            );
             row("… server RSS after, MiB", &|r| r.rss.get(key).cloned());
         }
     }

@@ -107,6 +107,14 @@ pub async fn open(addr: &str, a: &str, b: &str) -> i64 {
 /// The CPU time a process used so far, user and system, all its threads (those that
 /// ended included), in µs: `/proc/PID/stat`'s `utime` and `stime`, in 10 ms ticks.
 pub fn cpu_micros(pid: u32) -> u64 {
+    let [user, system] = cpu_split(pid);
+    user + system
+}
+
+/// `cpu_micros` in its two parts: [user, system]. The system part is the kernel's work
+/// for the process: its system calls, and on loopback TCP also the receiving side's
+/// processing of what it sends, which runs inside the sender's call.
+pub fn cpu_split(pid: u32) -> [u64; 2] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command's closing parenthesis start at the state (field 3).
     let fields: Vec<&str> = stat
@@ -119,7 +127,7 @@ pub fn cpu_micros(pid: u32) -> u64 {
             .unwrap_or(0)
     };
     // utime is field 14, stime 15; USER_HZ is 100 on Linux.
-    (tick(11) + tick(12)) * 10_000
+    [tick(11) * 10_000, tick(12) * 10_000]
 }
 
 /// A process's resident memory now, KiB.
@@ -136,7 +144,8 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// phase delivered; and the whole machine's over the same span (`machine`).
 pub struct CpuMeter {
     pid: u32,
-    start: u64,
+    /// The server's [user, system] CPU, µs.
+    start: [u64; 2],
     db_start: u64,
     /// This load generator's CPU, µs.
     own_start: u64,
@@ -151,6 +160,8 @@ pub struct CpuMeter {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Cpu {
     pub server: f64,
+    /// Of `server`, the kernel's (`cpu_split`'s system part).
+    pub kernel: f64,
     pub db: f64,
     /// Under callgrind: the server's instructions per message (user space only: the
     /// kernel's work for its system calls is not counted).
@@ -163,18 +174,21 @@ impl Cpu {
         let counted: Vec<f64> = all.iter().filter_map(|c| c.instructions).collect();
         Cpu {
             server: all.iter().map(|c| c.server).sum::<f64>() / n,
+            kernel: all.iter().map(|c| c.kernel).sum::<f64>() / n,
             db: all.iter().map(|c| c.db).sum::<f64>() / n,
             instructions: (!counted.is_empty())
                 .then(|| counted.iter().sum::<f64>() / counted.len() as f64),
         }
     }
 
-    /// `12.3`, or `12.3 + 4.5 PostgreSQL` when the database's own CPU is counted; under
-    /// callgrind followed by the instructions, `12.3 (45.6k instructions)`.
+    /// `12.3 (kernel 8.1)`, or `12.3 (kernel 8.1) + 4.5 PostgreSQL` when the database's
+    /// own CPU is counted; under callgrind followed by the instructions,
+    /// `12.3 (kernel 8.1) (45.6k instructions)`.
     pub fn shown(&self, postgres: bool) -> String {
+        let server = format!("{:.1} (kernel {:.1})", self.server, self.kernel);
         let cpu = match postgres {
-            true => format!("{:.1} + {:.1} PostgreSQL", self.server, self.db),
-            false => format!("{:.1}", self.server),
+            true => format!("{server} + {:.1} PostgreSQL", self.db),
+            false => server,
         };
         match self.instructions {
             Some(i) => format!("{cpu} ({:.1}k instructions)", i / 1000.0),
@@ -192,7 +206,7 @@ impl CpuMeter {
         }
         CpuMeter {
             pid,
-            start: cpu_micros(pid),
+            start: cpu_split(pid),
             db_start: postgres_cpu_micros(),
             own_start: cpu_micros(std::process::id()),
             ticks_start: machine_ticks(),
@@ -209,8 +223,11 @@ impl CpuMeter {
             callgrind_control(self.pid, "--instr=off");
             last_dump_total(dir, self.pid) as f64 / n
         });
+        let [user, system] = cpu_split(self.pid);
+        let system = system.saturating_sub(self.start[1]);
         Cpu {
-            server: cpu_micros(self.pid).saturating_sub(self.start) as f64 / n,
+            server: (user.saturating_sub(self.start[0]) + system) as f64 / n,
+            kernel: system as f64 / n,
             db: postgres_cpu_micros().saturating_sub(self.db_start) as f64 / n,
             instructions,
         }
@@ -221,7 +238,7 @@ impl CpuMeter {
     pub fn machine(&self) -> Machine {
         let [busy, iowait, steal] = machine_ticks();
         let [busy0, iowait0, steal0] = self.ticks_start;
-        let ours = cpu_micros(self.pid).saturating_sub(self.start)
+        let ours = cpu_micros(self.pid).saturating_sub(self.start[0] + self.start[1])
             + postgres_cpu_micros().saturating_sub(self.db_start)
             + cpu_micros(std::process::id()).saturating_sub(self.own_start);
         Machine {

@@ -52,8 +52,16 @@ pub async fn resolve_pairs(
     Ok(found)
 }
 
+/// A new private conversation's member row, `x.u`, says whether it blocks the other
+/// member, `x.o`: blocks made before the conversation existed.
+const BLOCKS_PEER: &str = "CASE WHEN EXISTS (SELECT 1 FROM blocks b WHERE b.blocker = x.u \
+     AND b.blocked = x.o AND b.active = 1) THEN 1 ELSE 0 END";
+
 /// Creates the private conversations of `missing` (pairs without one, of known users that
-/// were not deleted).
+/// were not deleted): their heads, pairs and members written together, whatever their
+/// number (on PostgreSQL in one statement, on SQLite in one call after their ids are
+/// taken). A pair another node created since the batch looked is a unique violation: a
+/// conflict, and the batch runs again.
 pub async fn create_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -71,52 +79,74 @@ pub async fn create_pairs(
     users.sort_unstable();
     users.dedup();
     let known = crate::store::accounts::existing_users(d, conn, &users).await?;
-    for (lo, hi) in missing {
-        if !known.contains(lo) || !known.contains(hi) {
-            continue;
+    let new: Vec<&Pair> = missing
+        .iter()
+        .filter(|(lo, hi)| known.contains(lo) && known.contains(hi))
+        .collect();
+    if new.is_empty() {
+        return Ok(found);
+    }
+    match d {
+        Dialect::Postgres => {
+            // `p` is evaluated once (it is materialized), so every insert reads the same
+            // ids; the keys the inserts reference are checked at the statement's end.
+            let sql = format!(
+                "WITH p AS MATERIALIZED (SELECT e->>0 AS lo, e->>1 AS hi, \
+                 nextval(pg_get_serial_sequence('conversations', 'conversation_id')) AS id \
+                 FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
+                 c AS (INSERT INTO conversations (conversation_id, conversation_type, \
+                 last_seq, unread_acc, last_time, created_at) SELECT id, 1, 0, 0, $2, $2 FROM p), \
+                 pp AS (INSERT INTO private_pairs (user_lo, user_hi, conversation_id) \
+                 SELECT lo, hi, id FROM p), \
+                 m AS (INSERT INTO members (conversation_id, user_id, joined_after_seq, \
+                 left_at_seq, joined_at, blocks_peer) SELECT x.id, x.u, 0, NULL, $2, {BLOCKS_PEER} \
+                 FROM (SELECT id, lo AS u, hi AS o FROM p UNION ALL SELECT id, hi, lo FROM p) x) \
+                 SELECT lo, hi, id FROM p"
+            );
+            for row in sqlx::query(&sql)
+                .bind(json(&new))
+                .bind(now)
+                .fetch_all(&mut *conn)
+                .await?
+            {
+                found.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
+            }
         }
-        let id: i64 = sqlx::query(
-            "INSERT INTO conversations (conversation_type, last_seq, unread_acc, last_time, created_at) \
-             VALUES (1, 0, 0, $1, $1) RETURNING conversation_id",
-        )
-        .bind(now)
-        .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)?;
-        let claimed = sqlx::query(
-            "INSERT INTO private_pairs (user_lo, user_hi, conversation_id) VALUES ($1, $2, $3) \
-             ON CONFLICT (user_lo, user_hi) DO NOTHING",
-        )
-        .bind(lo.as_str())
-        .bind(hi.as_str())
-        .bind(id)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-        if claimed == 0 {
-            // Another node created it between our look-up and now: run the batch again.
-            return Err(BatchError::Conflict);
+        Dialect::Sqlite => {
+            // The only writer takes the ids after the highest ever given (`AUTOINCREMENT`
+            // keeps it in `sqlite_sequence`).
+            let last: i64 = sqlx::query(
+                "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'conversations'), 0)",
+            )
+            .fetch_one(&mut *conn)
+            .await?
+            .try_get(0)?;
+            let rows: Vec<(&str, &str, i64)> = new
+                .iter()
+                .zip(last + 1..)
+                .map(|((lo, hi), id)| (lo.as_str(), hi.as_str(), id))
+                .collect();
+            let sql = format!(
+                "INSERT INTO conversations (conversation_id, conversation_type, last_seq, \
+                 unread_acc, last_time, created_at) SELECT value->>2, 1, 0, 0, $2, $2 \
+                 FROM json_each($1); \
+                 INSERT INTO private_pairs (user_lo, user_hi, conversation_id) \
+                 SELECT value->>0, value->>1, value->>2 FROM json_each($1); \
+                 INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, \
+                 joined_at, blocks_peer) SELECT x.id, x.u, 0, NULL, $2, {BLOCKS_PEER} \
+                 FROM (SELECT value->>2 AS id, value->>0 AS u, value->>1 AS o FROM json_each($1) \
+                 UNION ALL SELECT value->>2, value->>1, value->>0 FROM json_each($1)) x"
+            );
+            sqlx::query(&sql)
+                .bind(json(&rows))
+                .bind(now)
+                .execute(&mut *conn)
+                .await?;
+            found.extend(
+                rows.into_iter()
+                    .map(|(lo, hi, id)| ((lo.into(), hi.into()), id)),
+            );
         }
-        sqlx::query(
-            "INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, joined_at) \
-             VALUES ($1, $2, 0, NULL, $4), ($1, $3, 0, NULL, $4)",
-        )
-        .bind(id)
-        .bind(lo.as_str())
-        .bind(hi.as_str())
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-        // Blocks made before the conversation existed.
-        sqlx::query(
-            "UPDATE members SET blocks_peer = 1 WHERE conversation_id = $1 AND EXISTS \
-             (SELECT 1 FROM blocks b JOIN members p ON p.conversation_id = members.conversation_id \
-             AND p.user_id = b.blocked WHERE b.blocker = members.user_id AND b.active = 1)",
-        )
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
-        found.insert((lo.clone(), hi.clone()), id);
     }
     Ok(found)
 }

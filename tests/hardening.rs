@@ -561,9 +561,8 @@ async fn slow_readers_are_held_to_a_byte_budget_and_the_memory_comes_back() {
 }
 
 /// A reader that stops reading while pushes keep coming, then reads again, gets every push
-/// whole and in order. The kernel's buffers fill partway through a frame; the server
-/// writes a push to an idle connection's socket itself, and what it could not write then
-/// is finished before any other frame follows.
+/// whole and in order: the kernel's buffers fill partway through a frame, and the
+/// connection's task finishes that frame before it writes the next.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_pauses_gets_every_push_whole_and_in_order() {
     let extra = "[gateway]\nmax_frame_bytes = 65536\noutbox_frames = 8192\n\
@@ -582,9 +581,10 @@ async fn a_reader_that_pauses_gets_every_push_whole_and_in_order() {
     // A small receive buffer, so the server's writes stop partway through a frame soon.
     let mut reader = Ws::connect_with_buffer(&s.addr, &bob.token, "paused", 8192).await;
     // Texts of 0.5 to 3.8 KB (a text holds at most 4,000 characters), their lengths
-    // stepping by an odd amount so frames end anywhere in the socket's buffer: about 6.5
-    // MB in all, sent while the reader reads nothing.
-    const N: usize = 3000;
+    // stepping by an odd amount so frames end anywhere in the socket's buffer: about 2.6
+    // MB in all, sent while the reader reads nothing (far past the reader's 8 KiB
+    // buffer, and sent well within the 30 s a write may wait for a reader).
+    const N: usize = 1200;
     let body = |i: usize| format!("{i:05} {}", "x".repeat(500 + i * 1237 % 3300));
     let frames: Vec<Value> = (0..N)
         .map(|i| text(&format!("t{i}"), &format!("p-{i}"), peer(&bob.id), &body(i)))

@@ -29,8 +29,9 @@
 //! p99s), and `BENCH_LAT_BYTES=600` pads its messages' text to about that many bytes
 //! (default: the send time alone, about 10). Each timed phase also prints the server's CPU
 //! per delivered message (from `/proc`, user + system, and the system part alone: the
-//! kernel's, which on loopback includes the receiving side of every socket write) and its RSS after; each latency run
-//! what else the machine did meanwhile (CPU of other processes and of the kernel's own
+//! kernel's, which on loopback includes the receiving side of every socket write unless
+//! the kernel accounts interrupt time apart) and its RSS after; each latency run also
+//! prints what else the machine did meanwhile (CPU of other processes and of the kernel's own
 //! threads, iowait, and steal: CPU time the hypervisor gave to another machine, which both
 //! the server and the load generator lost). `BENCH_CALLGRIND=1` runs the server under
 //! valgrind's callgrind (instrumentation on only while a phase is metered) and adds the

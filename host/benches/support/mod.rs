@@ -113,7 +113,8 @@ pub fn cpu_micros(pid: u32) -> u64 {
 
 /// `cpu_micros` in its two parts: [user, system]. The system part is the kernel's work
 /// for the process: its system calls, and on loopback TCP also the receiving side's
-/// processing of what it sends, which runs inside the sender's call.
+/// processing of what it sends, which runs inside the sender's call (on a kernel without
+/// `CONFIG_IRQ_TIME_ACCOUNTING`, which charges that to the process it interrupted).
 pub fn cpu_split(pid: u32) -> [u64; 2] {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command's closing parenthesis start at the state (field 3).

@@ -52,16 +52,25 @@ pub async fn resolve_pairs(
     Ok(found)
 }
 
-/// A new private conversation's member row, `x.u`, says whether it blocks the other
-/// member, `x.o`: blocks made before the conversation existed.
-const BLOCKS_PEER: &str = "CASE WHEN EXISTS (SELECT 1 FROM blocks b WHERE b.blocker = x.u \
-     AND b.blocked = x.o AND b.active = 1) THEN 1 ELSE 0 END";
+/// What a batch's new private conversations write, from `p(lo, hi, id)` (the pairs and
+/// their ids): their heads, their pairs, and both members of each, each member row (`x.u`)
+/// saying whether it blocks the other (`x.o`), for blocks made before the conversation
+/// existed.
+const CREATE: [&str; 3] = [
+    "INSERT INTO conversations (conversation_id, conversation_type, last_seq, unread_acc, \
+     last_time, created_at) SELECT id, 1, 0, 0, $2, $2 FROM p",
+    "INSERT INTO private_pairs (user_lo, user_hi, conversation_id) SELECT lo, hi, id FROM p",
+    "INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, joined_at, \
+     blocks_peer) SELECT x.id, x.u, 0, NULL, $2, CASE WHEN EXISTS (SELECT 1 FROM blocks b \
+     WHERE b.blocker = x.u AND b.blocked = x.o AND b.active = 1) THEN 1 ELSE 0 END \
+     FROM (SELECT id, lo AS u, hi AS o FROM p UNION ALL SELECT id, hi, lo FROM p) x",
+];
 
 /// Creates the private conversations of `missing` (pairs without one, of known users that
 /// were not deleted): their heads, pairs and members written together, whatever their
-/// number (on PostgreSQL in one statement, on SQLite in one call after their ids are
-/// taken). A pair another node created since the batch looked is a unique violation: a
-/// conflict, and the batch runs again.
+/// number (`CREATE`; on PostgreSQL in one statement, on SQLite in one call after their
+/// ids are taken). A pair another node created since the batch looked is a unique
+/// violation: a conflict, and the batch runs again.
 pub async fn create_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -86,21 +95,17 @@ pub async fn create_pairs(
     if new.is_empty() {
         return Ok(found);
     }
+    let (pair, from) = crate::store::groups::elements(d, "$1", &[false, false]);
     match d {
         Dialect::Postgres => {
-            // `p` is evaluated once (it is materialized), so every insert reads the same
-            // ids; the keys the inserts reference are checked at the statement's end.
+            // The ids from the sequence; `p` is evaluated once (materialized), so every
+            // insert reads the same ones. The keys the inserts reference are checked at
+            // the statement's end.
+            let [heads, pairs, members] = CREATE;
             let sql = format!(
-                "WITH p AS MATERIALIZED (SELECT e->>0 AS lo, e->>1 AS hi, \
-                 nextval(pg_get_serial_sequence('conversations', 'conversation_id')) AS id \
-                 FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
-                 c AS (INSERT INTO conversations (conversation_id, conversation_type, \
-                 last_seq, unread_acc, last_time, created_at) SELECT id, 1, 0, 0, $2, $2 FROM p), \
-                 pp AS (INSERT INTO private_pairs (user_lo, user_hi, conversation_id) \
-                 SELECT lo, hi, id FROM p), \
-                 m AS (INSERT INTO members (conversation_id, user_id, joined_after_seq, \
-                 left_at_seq, joined_at, blocks_peer) SELECT x.id, x.u, 0, NULL, $2, {BLOCKS_PEER} \
-                 FROM (SELECT id, lo AS u, hi AS o FROM p UNION ALL SELECT id, hi, lo FROM p) x) \
+                "WITH p(lo, hi, id) AS MATERIALIZED (SELECT {pair}, \
+                 nextval(pg_get_serial_sequence('conversations', 'conversation_id')) \
+                 FROM {from}), c AS ({heads}), pp AS ({pairs}), m AS ({members}) \
                  SELECT lo, hi, id FROM p"
             );
             for row in sqlx::query(&sql)
@@ -114,7 +119,7 @@ pub async fn create_pairs(
         }
         Dialect::Sqlite => {
             // The only writer takes the ids after the highest ever given (`AUTOINCREMENT`
-            // keeps it in `sqlite_sequence`).
+            // keeps it in `sqlite_sequence`), and sends them with the pairs.
             let last: i64 = sqlx::query(
                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'conversations'), 0)",
             )
@@ -126,17 +131,13 @@ pub async fn create_pairs(
                 .zip(last + 1..)
                 .map(|((lo, hi), id)| (lo.as_str(), hi.as_str(), id))
                 .collect();
-            let sql = format!(
-                "INSERT INTO conversations (conversation_id, conversation_type, last_seq, \
-                 unread_acc, last_time, created_at) SELECT value->>2, 1, 0, 0, $2, $2 \
-                 FROM json_each($1); \
-                 INSERT INTO private_pairs (user_lo, user_hi, conversation_id) \
-                 SELECT value->>0, value->>1, value->>2 FROM json_each($1); \
-                 INSERT INTO members (conversation_id, user_id, joined_after_seq, left_at_seq, \
-                 joined_at, blocks_peer) SELECT x.id, x.u, 0, NULL, $2, {BLOCKS_PEER} \
-                 FROM (SELECT value->>2 AS id, value->>0 AS u, value->>1 AS o FROM json_each($1) \
-                 UNION ALL SELECT value->>2, value->>1, value->>0 FROM json_each($1)) x"
-            );
+            let sql = CREATE
+                .map(|insert| {
+                    format!(
+                        "WITH p(lo, hi, id) AS (SELECT {pair}, e.value->>2 FROM {from}) {insert}"
+                    )
+                })
+                .join("; ");
             sqlx::query(&sql)
                 .bind(json(&rows))
                 .bind(now)

@@ -25,6 +25,7 @@ on_both!(
     bad_input_gets_documented_codes,
     accounts_and_tokens,
     both_first_messages_at_once_make_one_private_conversation,
+    after_a_restart_sends_by_peer_and_by_conversation_keep_their_order,
     a_silent_device_is_dropped_and_a_pinging_one_stays,
     a_slow_reader_is_disconnected_and_pulls_afterwards,
     http_send_and_pull_paging,
@@ -1035,6 +1036,71 @@ async fn both_first_messages_at_once_make_one_private_conversation(b: Backend) {
         for c in list["conversations"].as_array().unwrap() {
             assert_eq!(c["lastSeq"], 2);
         }
+    }
+}
+
+/// A restarted server knows none of the conversations it routed before. A device that
+/// then writes to its peers by `peerId` and by `conversationId` in turn, every frame at
+/// once, gets each message stored in the order it sent them (on PostgreSQL the two ways
+/// of naming a conversation must reach the same committer).
+async fn after_a_restart_sends_by_peer_and_by_conversation_keep_their_order(b: Backend) {
+    let (_db, mut s) = setup(&b, "reroute", FAST).await;
+    let alice = s.user("alice").await;
+    let peers: Vec<String> = (0..8).map(|k| format!("p{k}")).collect();
+    for p in &peers {
+        s.user(p).await;
+    }
+    let mut a = s.connect(&alice, "phone").await;
+    let mut ids = HashMap::new();
+    for p in &peers {
+        let ack = send_ok(
+            &mut a,
+            text(&format!("o-{p}"), &format!("o-{p}"), peer(p), "0"),
+        )
+        .await;
+        ids.insert(p.clone(), ack["conversationId"].as_i64().unwrap());
+    }
+    drop(a);
+    s.restart();
+    let mut a = s.connect(&alice, "phone").await;
+    const ROUNDS: usize = 12;
+    for r in 1..=ROUNDS {
+        for p in &peers {
+            let to = match r % 2 {
+                0 => conv(ids[p]),
+                _ => peer(p),
+            };
+            let id = format!("{p}-{r}");
+            a.send(text(&id, &id, to, &r.to_string())).await;
+        }
+    }
+    let mut seqs: HashMap<String, Vec<(usize, i64)>> = HashMap::new();
+    for _ in 0..ROUNDS * peers.len() {
+        let (ack, _) = a
+            .until(|f| f["type"] == "ack" || f["type"] == "error")
+            .await;
+        assert_eq!(ack["type"], "ack", "{ack}");
+        let (p, r) = ack["id"].as_str().unwrap().split_once('-').unwrap();
+        assert_eq!(ack["conversationId"].as_i64(), Some(ids[p]), "{ack}");
+        let entry = seqs.entry(p.to_string()).or_default();
+        entry.push((r.parse().unwrap(), ack["seq"].as_i64().unwrap()));
+    }
+    for p in &peers {
+        let mut got = seqs.remove(p).unwrap();
+        got.sort();
+        let expected: Vec<(usize, i64)> = (1..=ROUNDS).map(|r| (r, r as i64 + 1)).collect();
+        assert_eq!(
+            got, expected,
+            "seqs of the messages to {p}, in the order sent"
+        );
+        let texts: Vec<String> = s
+            .pull_all(&alice, ids[p])
+            .await
+            .iter()
+            .map(|m| m["payload"]["text"].as_str().unwrap().to_string())
+            .collect();
+        let sent: Vec<String> = (0..=ROUNDS).map(|r| r.to_string()).collect();
+        assert_eq!(texts, sent, "what {p}'s conversation holds");
     }
 }
 

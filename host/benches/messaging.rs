@@ -767,7 +767,10 @@ const OFFLINE_USERS: usize = 10_000;
 /// users with push tokens in turn.
 async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out: &mut Figures) {
     let users: Vec<String> = (0..OFFLINE_USERS).map(|i| format!("off{i}")).collect();
-    for (on, key) in [(true, "push-on"), (false, "push-off")] {
+    for (on, key, first_key) in [
+        (true, "push-on", "first-on"),
+        (false, "push-off", "first-off"),
+    ] {
         let db = Db::new(backend, &format!("bench-{name}-{key}")).await;
         let (hook, notices) = devices::webhook_sink().await;
         let push = match on {
@@ -788,6 +791,7 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
         );
         // Each recipient's first message (a new conversation), then the steady load.
         let per_sender = OFFLINE_USERS.div_ceil(16) as u64;
+        let cpu = CpuMeter::start(pid);
         let first = devices::to_many(
             &server.addr,
             (key, "first"),
@@ -797,7 +801,13 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             per_sender,
         )
         .await;
-        eprintln!("[{name}] {key}: first messages to {OFFLINE_USERS} users, {first:.0} acked/s");
+        out.record(
+            name,
+            pid,
+            first_key,
+            format!("{first:.0} acked/s"),
+            cpu.per(OFFLINE_USERS as u64),
+        );
         let cpu = CpuMeter::start(pid);
         let rate = devices::to_many(
             &server.addr,
@@ -1487,6 +1497,11 @@ fn main() {
             "send → push at 5,000 msgs/s, receipts on (a received per push), p50 / p99 / p999",
         ),
         ("rc-lat-off", "… receipts off"),
+        (
+            "first-on",
+            "first messages (each a new conversation) to 10,000 offline users with push tokens, 16 senders: webhook on",
+        ),
+        ("first-off", "… webhook off"),
         (
             "push-on",
             "1:1 to 10,000 offline users with push tokens, 16 senders: webhook on",

@@ -29,7 +29,7 @@ use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
 use crate::telemetry::{self, SendOutcome};
 use batch::{IdGen, NewMessage, Op, Target};
-use route::Routes;
+use route::{PairReads, Routes};
 
 pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
@@ -124,6 +124,8 @@ pub struct Core {
     /// One queue per committer.
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
+    /// The private conversations of pairs not routed here yet, read together.
+    pair_reads: PairReads,
     /// Members by conversation, for live sends, with their roles, mutes and blocks; dropped
     /// by every change this node commits to them. Keyed by conversation ids, which the
     /// server assigns, so hashed with foldhash (faster than std's SipHash).
@@ -183,6 +185,7 @@ impl Core {
             tokio::spawn(commit::run(rx, shared.clone()));
         }
         Arc::new(Core {
+            pair_reads: PairReads::start(store.clone()),
             store,
             registry,
             delivery,
@@ -283,7 +286,8 @@ impl Core {
 
     /// The routing key of an op: its conversation's, or for a first message to a peer the
     /// pair's. With several committers, a message to a peer whose conversation this node
-    /// has not routed yet costs one read to find it.
+    /// has not routed yet waits for a read to find it (`PairReads`: one for all the pairs
+    /// asked for meanwhile).
     async fn route_key(&self, op: &Op) -> Result<u64, Error> {
         if self.routes.committers() == 1 {
             return Ok(0);
@@ -311,12 +315,7 @@ impl Core {
                 if let Some(key) = self.routes.pending_key(&pair) {
                     return Ok(key);
                 }
-                match self
-                    .store
-                    .private_conversation(sender_id, peer)
-                    .await
-                    .map_err(crate::store::unavailable)?
-                {
+                match self.pair_reads.get(pair.clone()).await? {
                     Some(id) => {
                         self.routes.remember_private(pair, id);
                         Ok(self.routes.conversation_key(id))
@@ -448,10 +447,9 @@ impl Core {
         // Live kinds store nothing, not even a conversation: only a stored message creates
         // one.
         let id = self
-            .store
-            .private_conversation(a, b)
-            .await
-            .map_err(crate::store::unavailable)?
+            .pair_reads
+            .get(key.clone())
+            .await?
             .ok_or_else(|| Refused::NoConversation(b.to_string()))?;
         self.routes.remember_private(key, id);
         Ok(id)

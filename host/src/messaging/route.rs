@@ -7,7 +7,11 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
+use tokio::sync::{mpsc, oneshot};
+
+use crate::protocol::Error;
 pub use crate::protocol::{Pair, pair};
+use crate::store::Store;
 
 pub struct Routes {
     committers: usize,
@@ -82,6 +86,53 @@ impl Routes {
     pub fn learn(&self, pair: Pair, id: i64, key: u64) {
         self.keys.lock().expect("routes").entry(id).or_insert(key);
         self.remember_private(pair, id);
+    }
+}
+
+/// A pair whose private conversation is asked for, and where its id goes.
+type Asked = (Pair, oneshot::Sender<Result<Option<i64>, Error>>);
+
+/// The most pairs one read asks for.
+const PAIRS_PER_READ: usize = 1024;
+
+/// Reads of the private conversations of pairs this node has not routed yet, gathered:
+/// the pairs asked for while one read runs go together in the next, one statement for all
+/// of them. A burst of first messages costs a handful of reads, not one a message.
+pub struct PairReads(mpsc::Sender<Asked>);
+
+impl PairReads {
+    pub fn start(store: Store) -> PairReads {
+        let (tx, rx) = mpsc::channel(PAIRS_PER_READ * 4);
+        tokio::spawn(read_pairs(rx, store));
+        PairReads(tx)
+    }
+
+    /// The private conversation of `pair`, if it exists.
+    pub async fn get(&self, pair: Pair) -> Result<Option<i64>, Error> {
+        let gone = || Error::unavailable("the server is shutting down");
+        let (tx, rx) = oneshot::channel();
+        self.0.send((pair, tx)).await.map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}
+
+/// Answers what `PairReads` is asked, a read at a time.
+async fn read_pairs(mut rx: mpsc::Receiver<Asked>, store: Store) {
+    let mut asked = Vec::with_capacity(PAIRS_PER_READ);
+    while rx.recv_many(&mut asked, PAIRS_PER_READ).await > 0 {
+        let mut pairs: Vec<Pair> = asked.iter().map(|(p, _)| p.clone()).collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        let found = store
+            .private_conversations(&pairs)
+            .await
+            .map_err(crate::store::unavailable);
+        for (pair, reply) in asked.drain(..) {
+            let _ = reply.send(match &found {
+                Ok(found) => Ok(found.get(&pair).copied()),
+                Err(e) => Err(e.clone()),
+            });
+        }
     }
 }
 

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
-use super::batch::{RECALLED_COUNTING, Stored, pair};
+use super::batch::{RECALLED_COUNTING, Stored};
 use super::{Dialect, Store, json, lines, lines_of};
-use crate::protocol::Refused;
+use crate::protocol::{Pair, Refused};
 
 /// A member's view of one conversation: what seqs they may read.
 #[derive(Debug, Clone)]
@@ -244,19 +244,11 @@ impl Store {
         Ok(Some(live))
     }
 
-    /// The private conversation of two users, if it exists.
-    pub async fn private_conversation(&self, a: &str, b: &str) -> sqlx::Result<Option<i64>> {
-        let (lo, hi) = pair(a, b);
+    /// The private conversations of `pairs` that exist, in one statement.
+    pub async fn private_conversations(&self, pairs: &[Pair]) -> sqlx::Result<HashMap<Pair, i64>> {
         self.read_twice(|| async {
-            sqlx::query(
-                "SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2",
-            )
-            .bind(lo.as_str())
-            .bind(hi.as_str())
-            .fetch_optional(self.read())
-            .await?
-            .map(|r| r.try_get(0))
-            .transpose()
+            let mut conn = self.read().acquire().await?;
+            super::batch::find_pairs(self.dialect(), &mut conn, pairs).await
         })
         .await
     }

@@ -13,7 +13,7 @@ pub async fn find_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
     pairs: &[Pair],
-) -> Result<HashMap<Pair, i64>, BatchError> {
+) -> sqlx::Result<HashMap<Pair, i64>> {
     let mut found = HashMap::new();
     if pairs.is_empty() {
         return Ok(found);

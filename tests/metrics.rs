@@ -3,6 +3,7 @@
 //! series is in docs/operations.md and nothing there is missing from the server. And the
 //! log lines of a request and of a connection carry their ids.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -64,6 +65,50 @@ async fn scrape(s: &Server) -> Vec<Sample> {
         a.headers
     );
     parse(&a.body)
+}
+
+on_both!(a_committer_remembers_the_conversations_its_first_messages_created);
+
+/// First messages to many peers at once create their conversations in the batches that
+/// carry them; the next message to each of them is written from what its committer
+/// remembers (`path="remembered"`), none of them run again because what it remembered
+/// had moved (`stale`) or read under locks again (`locked`).
+async fn a_committer_remembers_the_conversations_its_first_messages_created(b: Backend) {
+    let (_db, s) = setup(&b, "remembered", FAST).await;
+    let alice = s.user("alice").await;
+    let peers: Vec<String> = (0..24).map(|k| format!("peer{k}")).collect();
+    for p in &peers {
+        s.user(p).await;
+    }
+    let mut a = s.connect(&alice, "phone").await;
+    let paths = |samples: &[Sample]| {
+        ["remembered", "stale", "locked"]
+            .map(|path| value(samples, "courier_commit_paths_total", &[("path", path)]))
+    };
+    for round in 0..2 {
+        let before = paths(&scrape(&s).await);
+        for p in &peers {
+            let id = format!("{p}-{round}");
+            a.send(text(&id, &id, peer(p), "hi")).await;
+        }
+        for _ in &peers {
+            let (ack, _) = a
+                .until(|f| f["type"] == "ack" || f["type"] == "error")
+                .await;
+            assert_eq!(ack["type"], "ack", "{ack}");
+        }
+        let after = paths(&scrape(&s).await);
+        let [remembered, stale, locked] = [0, 1, 2].map(|i| after[i] - before[i]);
+        match round {
+            0 => assert!(locked >= 1.0, "the first messages were decided locked"),
+            _ => assert_eq!(
+                (stale, locked),
+                (0.0, 0.0),
+                "the second messages ({remembered} batches remembered)"
+            ),
+        }
+        assert!(remembered + locked >= 1.0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,9 +12,9 @@ pub use super::known::{Decided, Known};
 use super::rules::{SendView, may_send};
 use crate::protocol::Refused;
 use crate::store::batch::{
-    BatchError, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored, Writes, acc_at,
-    committing, complete, create_pairs, lock_first, pair, read_position, recall_target,
-    recalled_counting, write,
+    BatchError, Created, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored,
+    Writes, acc_at, committing, complete, create_pairs, lock_first, pair, read_position,
+    recall_target, recalled_counting, write,
 };
 use crate::store::social::blocked_pairs;
 use crate::store::sync::unread;
@@ -264,14 +264,15 @@ impl Targets {
 
     /// Private conversations named by peer: those `found` by the batch's first statement;
     /// a first message creates its conversation unless the peer blocks the sender (then it
-    /// creates nothing).
+    /// creates nothing). With what was created (`Created`: on PostgreSQL the new heads
+    /// and members).
     async fn resolve(
         d: Dialect,
         conn: &mut AnyConnection,
         by_peer: Vec<(String, String)>,
         mut by_pair: HashMap<Pair, i64>,
         now: i64,
-    ) -> Result<Targets, BatchError> {
+    ) -> Result<(Targets, Created), BatchError> {
         let first: Vec<(String, String)> = by_peer
             .into_iter()
             .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
@@ -287,11 +288,13 @@ impl Targets {
             .collect();
         create.sort();
         create.dedup();
-        by_pair.extend(create_pairs(d, conn, &create, now).await?);
-        Ok(Targets {
+        let mut created = create_pairs(d, conn, &create, now).await?;
+        by_pair.extend(created.ids.drain());
+        let targets = Targets {
             by_pair,
             blocked_by_peer,
-        })
+        };
+        Ok((targets, created))
     }
 
     /// The conversation a send goes to.
@@ -343,10 +346,12 @@ async fn lock_touched(
         })
         .collect();
     let mut found = lock_first(d, conn, opening, &ids, &pairs, &keys).await?;
-    let targets =
+    let (targets, created) =
         Targets::resolve(d, conn, by_peer, std::mem::take(&mut found.pairs), ctx.now).await?;
-    // Conversations created by a first message, and those of resends the batch does not
-    // name otherwise.
+    found.heads.extend(created.heads);
+    found.members.extend(created.members);
+    // Conversations created by a first message (SQLite: read like the others), and those
+    // of resends the batch does not name otherwise.
     let mut later: Vec<i64> = targets
         .by_pair
         .values()
@@ -548,6 +553,15 @@ async fn run(
         }
     }
     let committed = written.committed;
+    // The heads this transaction created take their versions from the write; one it did
+    // not write is not remembered (the next batch reads it).
+    for (id, version) in written.versions {
+        if let Some(h) = heads.get_mut(&id) {
+            h.version = version;
+            h.created = false;
+        }
+    }
+    heads.retain(|_, h| !h.created);
     let decided = Decided {
         heads,
         members,

@@ -74,6 +74,9 @@ pub struct Head {
     /// from an earlier batch is written only if neither moved since.
     pub version: i64,
     pub base_seq: i64,
+    /// Created by this transaction (PostgreSQL): no other one can see it before the commit,
+    /// so it is not locked, and its version is the one the batch's write answers with.
+    pub created: bool,
 }
 
 impl Head {
@@ -95,6 +98,7 @@ impl Head {
             dirty: false,
             version,
             base_seq: last_seq,
+            created: false,
         }
     }
 }

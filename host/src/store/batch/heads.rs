@@ -150,6 +150,19 @@ pub async fn lock_first(
     Ok(found)
 }
 
+/// The head and members of a private conversation the batch's own transaction created, as
+/// the rows it wrote say: no seq yet, both members current, `blocks` of each the member
+/// row's `blocks_peer`.
+pub fn created_private(id: i64, blocks: &[(String, i64)]) -> (Head, Members) {
+    let mut head = Head::read(id, 1, 0, 0, 0);
+    head.created = true;
+    let mut members = Members::default();
+    for (user, blocks_peer) in blocks {
+        member_row(&mut members, user.clone(), None, Some(*blocks_peer), None);
+    }
+    (head, members)
+}
+
 /// A private conversation's membership row, as the rules see it.
 fn member_row(
     entry: &mut Members,

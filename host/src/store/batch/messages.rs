@@ -42,6 +42,8 @@ pub struct Written {
     /// Where the delivered positions it was asked to move are now, moved or not (a read
     /// position counts as delivered).
     pub positions: HashMap<(String, i64), i64>,
+    /// The versions of the heads it wrote that this transaction created (`Head::created`).
+    pub versions: HashMap<i64, i64>,
 }
 
 /// Writes what a batch decided so far in one statement (one round trip): the new messages,
@@ -90,6 +92,8 @@ pub async fn write(
                 h.base_seq,
                 h.version,
                 i64::from(h.dirty),
+                // Only a batch that locked its heads created any (never a remembered one).
+                i64::from(h.created && which == Heads::Moved),
             )
         })
         .collect();
@@ -130,9 +134,14 @@ pub async fn write(
         // the upsert wrote are.
         let mut after: Vec<((String, i64), i64)> = Vec::new();
         for row in rows {
+            let kind: i64 = row.try_get(0)?;
+            if kind == 2 {
+                written.versions.insert(row.try_get(2)?, row.try_get(3)?);
+                continue;
+            }
             let key = (row.try_get::<String, _>(1)?, row.try_get::<i64, _>(2)?);
             let at: i64 = row.try_get(3)?;
-            match row.try_get::<i64, _>(0)? {
+            match kind {
                 0 => {
                     written.positions.insert(key, at);
                 }
@@ -188,12 +197,15 @@ fn positions<'a>(
 }
 
 /// The statement of `write`: `$1` messages, `$2` heads (id, last seq, count, the last seq
-/// and version as read, moved), `$3` positions (user, conversation, read seq, its count,
-/// delivered seq, 1 if a `received` asked), `$4` now, `$5` the heads' ids (PostgreSQL). A
-/// head whose last seq or version is not as read gets a NULL last seq: a NOT NULL
-/// violation, which fails the statement (`BatchError::Stale`). It answers where the
-/// delivered positions a `received` asked to move were (kind 0: the greater of delivered
-/// and read) and where every position it wrote is (kind 1).
+/// and version as read, moved, created by this transaction), `$3` positions (user,
+/// conversation, read seq, its count, delivered seq, 1 if a `received` asked), `$4` now,
+/// `$5` the heads' ids (PostgreSQL). A head whose last seq or version is not as read gets
+/// a NULL last seq: a NOT NULL violation, which fails the statement (`BatchError::Stale`);
+/// the version of a head this transaction created is not compared (none was read, and no
+/// one else could move it). It answers where the delivered positions a `received` asked to
+/// move were (kind 0: the greater of delivered and read), where every position it wrote
+/// is (kind 1), and the versions of the created heads it wrote (kind 2: PostgreSQL, the
+/// only one that creates heads without reading them).
 fn write_sql(d: Dialect) -> &'static str {
     match d {
         // One statement: the inserts and the update run as data-modifying CTEs; the
@@ -207,12 +219,14 @@ fn write_sql(d: Dialect) -> &'static str {
              CAST(e->>9 AS BIGINT) FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
              moved_heads AS (UPDATE conversations SET last_seq = CASE \
              WHEN conversations.last_seq = CAST(e->>3 AS BIGINT) \
-             AND conversations.version = CAST(e->>4 AS BIGINT) THEN CAST(e->>1 AS BIGINT) END, \
+             AND (e->>6 = '1' OR conversations.version = CAST(e->>4 AS BIGINT)) \
+             THEN CAST(e->>1 AS BIGINT) END, \
              unread_acc = CAST(e->>2 AS BIGINT), last_time = CASE \
              WHEN e->>5 = '1' THEN $4 ELSE conversations.last_time END \
              FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
              WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
-             AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[]))), \
+             AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[])) \
+             RETURNING conversations.conversation_id, conversations.version, e->>6 AS created), \
              before AS (SELECT p.user_id, p.conversation_id, p.delivered \
              FROM jsonb_array_elements(CAST($3 AS jsonb)) e CROSS JOIN LATERAL \
              (SELECT user_id, conversation_id, GREATEST(delivered_seq, read_seq) AS delivered \
@@ -234,7 +248,9 @@ fn write_sql(d: Dialect) -> &'static str {
              RETURNING user_id, conversation_id, delivered_seq) \
              SELECT CAST(0 AS BIGINT), b.user_id, b.conversation_id, b.delivered FROM before b \
              UNION ALL SELECT CAST(1 AS BIGINT), m.user_id, m.conversation_id, m.delivered_seq \
-             FROM moved m"
+             FROM moved m \
+             UNION ALL SELECT CAST(2 AS BIGINT), '', h.conversation_id, h.version \
+             FROM moved_heads h WHERE h.created = '1'"
         }
         // Statements in one call: one hand-off to the database's thread. The heads first:
         // a head that moved fails the call before anything else is written. `OR FAIL`: a

@@ -4,9 +4,21 @@ use std::collections::HashMap;
 
 use sqlx::{AnyConnection, Row as _};
 
-use super::BatchError;
+use super::heads::created_private;
+use super::{BatchError, Head, Members};
 use crate::protocol::Pair;
 use crate::store::{Dialect, json, lookup};
+
+/// The private conversations a batch created: their ids by pair and, on PostgreSQL, their
+/// heads and members as the creating statement wrote them (no other transaction sees
+/// them before the commit, so the batch does not lock them). On SQLite the batch reads
+/// them as it reads the others, a read inside the process.
+#[derive(Default)]
+pub struct Created {
+    pub ids: HashMap<Pair, i64>,
+    pub heads: HashMap<i64, Head>,
+    pub members: HashMap<i64, Members>,
+}
 
 /// The private conversations of `pairs` that exist.
 pub async fn find_pairs(
@@ -48,7 +60,7 @@ pub async fn resolve_pairs(
         .filter(|p| !found.contains_key(*p))
         .cloned()
         .collect();
-    found.extend(create_pairs(d, conn, &missing, now).await?);
+    found.extend(create_pairs(d, conn, &missing, now).await?.ids);
     Ok(found)
 }
 
@@ -76,10 +88,10 @@ pub async fn create_pairs(
     conn: &mut AnyConnection,
     missing: &[Pair],
     now: i64,
-) -> Result<HashMap<Pair, i64>, BatchError> {
-    let mut found = HashMap::new();
+) -> Result<Created, BatchError> {
+    let mut created = Created::default();
     if missing.is_empty() {
-        return Ok(found);
+        return Ok(created);
     }
     let mut users: Vec<&str> = missing
         .iter()
@@ -93,28 +105,40 @@ pub async fn create_pairs(
         .filter(|(lo, hi)| known.contains(lo) && known.contains(hi))
         .collect();
     if new.is_empty() {
-        return Ok(found);
+        return Ok(created);
     }
     let (pair, from) = crate::store::groups::elements(d, "$1", &[false, false]);
     match d {
         Dialect::Postgres => {
             // The ids from the sequence; `p` is evaluated once (materialized), so every
             // insert reads the same ones. The keys the inserts reference are checked at
-            // the statement's end.
+            // the statement's end. Each pair comes back once per member row written.
             let [heads, pairs, members] = CREATE;
             let sql = format!(
                 "WITH p(lo, hi, id) AS MATERIALIZED (SELECT {pair}, \
                  nextval(pg_get_serial_sequence('conversations', 'conversation_id')) \
-                 FROM {from}), c AS ({heads}), pp AS ({pairs}), m AS ({members}) \
-                 SELECT lo, hi, id FROM p"
+                 FROM {from}), c AS ({heads}), pp AS ({pairs}), \
+                 m AS ({members} RETURNING conversation_id, user_id, blocks_peer) \
+                 SELECT p.lo, p.hi, p.id, m.user_id, m.blocks_peer \
+                 FROM p JOIN m ON m.conversation_id = p.id"
             );
+            let mut rows: HashMap<i64, Vec<(String, i64)>> = HashMap::new();
             for row in sqlx::query(&sql)
                 .bind(json(&new))
                 .bind(now)
                 .fetch_all(&mut *conn)
                 .await?
             {
-                found.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
+                let id: i64 = row.try_get(2)?;
+                created.ids.insert((row.try_get(0)?, row.try_get(1)?), id);
+                rows.entry(id)
+                    .or_default()
+                    .push((row.try_get(3)?, row.try_get(4)?));
+            }
+            for (id, blocks) in rows {
+                let (head, members) = created_private(id, &blocks);
+                created.heads.insert(id, head);
+                created.members.insert(id, members);
             }
         }
         Dialect::Sqlite => {
@@ -143,11 +167,11 @@ pub async fn create_pairs(
                 .bind(now)
                 .execute(&mut *conn)
                 .await?;
-            found.extend(
+            created.ids.extend(
                 rows.into_iter()
                     .map(|(lo, hi, id)| ((lo.into(), hi.into()), id)),
             );
         }
     }
-    Ok(found)
+    Ok(created)
 }

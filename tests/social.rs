@@ -24,6 +24,7 @@ on_both!(
     a_block_refuses_accepting_a_request,
     a_reset_names_a_known_user,
     a_block_made_before_the_first_message_holds,
+    a_block_and_a_first_message_at_once_agree,
 );
 
 /// The test servers' `server.admin_token` (see `common::server`).
@@ -1601,4 +1602,88 @@ async fn a_block_made_before_the_first_message_holds(b: Backend) {
         "conversationType": 1, "contentType": 1, "payload": {"text": "reply"}})),
     )
     .await;
+}
+
+/// A block (or an unblock) and the first message that creates the pair's conversation,
+/// sent at the same moment, pair after pair: whichever the server takes first, the
+/// conversation ends up holding the block as it stands. Half the pairs start unblocked and
+/// block; the other half start blocked and unblock. Each blocker's first message goes to
+/// the peer (a blocker may still write), then the peer's reply must be refused where the
+/// block stands and accepted where it was lifted.
+async fn a_block_and_a_first_message_at_once_agree(b: Backend) {
+    const PAIRS: usize = 96;
+    let (_db, s) = setup(&b, "block-race", "").await;
+    let s = Arc::new(s);
+    let mut users = Vec::new();
+    for i in 0..PAIRS {
+        users.push((
+            s.user(&format!("a{i}")).await,
+            s.user(&format!("b{i}")).await,
+        ));
+    }
+    let unblocking = |i: usize| i % 2 == 1;
+    for (i, (a, b)) in users.iter().enumerate() {
+        if unblocking(i) {
+            ok(&s, a, "PUT", &format!("/v1/blocks/{}", b.id), None).await;
+        }
+    }
+    // Every pair's block change and first message at once.
+    let mut tasks = Vec::new();
+    for (i, (a, b)) in users.iter().cloned().enumerate() {
+        let method = if unblocking(i) { "DELETE" } else { "PUT" };
+        let s2 = s.clone();
+        let a2 = a.clone();
+        tasks.push(tokio::spawn(async move {
+            ok(&s2, &a2, method, &format!("/v1/blocks/{}", b.id), None).await;
+        }));
+        let s2 = s.clone();
+        tasks.push(tokio::spawn(async move {
+            ok(
+                &s2,
+                &a,
+                "POST",
+                "/v1/messages",
+                Some(json!({"clientMsgId": format!("first-{i}"),
+                "conversationType": 1, "peerId": format!("b{i}"), "contentType": 1,
+                "payload": {"text": "first"}})),
+            )
+            .await;
+        }));
+    }
+    for t in tasks {
+        t.await.expect("a block change or a first message");
+    }
+    let mut wrong = Vec::new();
+    for (i, (a, b)) in users.iter().enumerate() {
+        let (status, body) = call(
+            &s,
+            b,
+            "POST",
+            "/v1/messages",
+            Some(json!({
+            "clientMsgId": format!("reply-{i}"), "conversationType": 1, "peerId": a.id,
+            "contentType": 1, "payload": {"text": "reply"}})),
+        )
+        .await;
+        let fine = match unblocking(i) {
+            true => status == 200,
+            false => status == 403 && body["error"]["code"] == "blocked",
+        };
+        if !fine {
+            wrong.push(format!(
+                "{} to {} ({}): {status} {body}",
+                b.id,
+                a.id,
+                if unblocking(i) {
+                    "unblocked"
+                } else {
+                    "blocked"
+                }
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "replies answered against the block as it stands: {wrong:#?}"
+    );
 }

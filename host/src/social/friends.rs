@@ -280,7 +280,7 @@ impl Core {
                     return Err(Refused::UserNotFound(other.to_string()).into());
                 }
                 c.lock_streams(&[me]).await?;
-                let change = q::set_block(&mut c.tx, me, other, on, now).await?;
+                let change = q::set_block(c.dialect, &mut c.tx, me, other, on, now).await?;
                 if change.changed {
                     let event = if on { "block.added" } else { "block.removed" };
                     c.streams

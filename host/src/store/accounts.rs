@@ -27,20 +27,41 @@ pub async fn existing_users(
     conn: &mut AnyConnection,
     users: &[&str],
 ) -> sqlx::Result<HashSet<String>> {
+    existing_users_locking(d, conn, users, &[]).await
+}
+
+/// [`existing_users`], and on PostgreSQL, in the same statement and before it reads,
+/// the transaction's shared advisory locks of the keys `locks` (held until it ends).
+pub(crate) async fn existing_users_locking(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    users: &[&str],
+    locks: &[i64],
+) -> sqlx::Result<HashSet<String>> {
     if users.is_empty() {
         return Ok(HashSet::new());
     }
     let keys: Vec<[&str; 1]> = users.iter().map(|u| [*u]).collect();
-    let sql = lookup(
+    let mut sql = lookup(
         d,
         "user_id",
         "users",
         &[("user_id", false)],
         "AND deleted_at IS NULL",
     );
-    sqlx::query(&sql)
-        .bind(json(&keys))
-        .fetch_all(conn)
+    let locking = d == Dialect::Postgres && !locks.is_empty();
+    if locking {
+        // An uncorrelated condition: evaluated once, before the first row is read.
+        sql = format!(
+            "SELECT x.* FROM ({sql}) x WHERE (SELECT count(pg_advisory_xact_lock_shared(\
+             CAST(k AS BIGINT))) FROM jsonb_array_elements_text(CAST($2 AS jsonb)) k) >= 0"
+        );
+    }
+    let mut q = sqlx::query(&sql).bind(json(&keys));
+    if locking {
+        q = q.bind(json(locks));
+    }
+    q.fetch_all(conn)
         .await?
         .iter()
         .map(|r| r.try_get(0))

@@ -207,12 +207,21 @@ pub struct BlockChange {
 
 /// Blocks or unblocks.
 pub async fn set_block(
+    d: Dialect,
     conn: &mut AnyConnection,
     blocker: &str,
     blocked: &str,
     active: bool,
     now: i64,
 ) -> sqlx::Result<BlockChange> {
+    let pair = super::batch::pair(blocker, blocked);
+    if d == Dialect::Postgres {
+        // Ordered with a first message that creates the pair's conversation (`pair_lock`).
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(super::batch::pair_lock(&pair))
+            .execute(&mut *conn)
+            .await?;
+    }
     let q = if active {
         sqlx::query(
             "INSERT INTO blocks (blocker, blocked, active, since, updated_at) VALUES ($1, $2, 1, $3, $3) \
@@ -232,7 +241,7 @@ pub async fn set_block(
         .execute(&mut *conn)
         .await?;
     // The private conversation of the two carries it for sends.
-    let (lo, hi) = super::batch::pair(blocker, blocked);
+    let (lo, hi) = pair;
     let conversation_id: Option<i64> = sqlx::query(
         "SELECT conversation_id FROM private_pairs WHERE user_lo = $1 AND user_hi = $2",
     )

@@ -14,7 +14,7 @@ use crate::protocol::Error;
 pub use crate::protocol::{Pair, Stored, pair};
 pub use heads::{Found, complete, lock_first};
 pub use messages::{Heads, RecallTarget, Writes, Written, recall_target, write};
-pub use pairs::{Created, create_pairs, find_pairs, resolve_pairs};
+pub use pairs::{Created, create_pairs, find_pairs, pair_lock, resolve_pairs};
 pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting};
 
 impl From<BatchError> for Error {

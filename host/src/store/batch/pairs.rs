@@ -7,6 +7,7 @@ use sqlx::{AnyConnection, Row as _};
 use super::heads::created_private;
 use super::{BatchError, Head, Members};
 use crate::protocol::Pair;
+use crate::store::accounts::existing_users_locking;
 use crate::store::{Dialect, json, lookup};
 
 /// The private conversations a batch created: their ids by pair and, on PostgreSQL, their
@@ -18,6 +19,25 @@ pub struct Created {
     pub ids: HashMap<Pair, i64>,
     pub heads: HashMap<i64, Head>,
     pub members: HashMap<i64, Members>,
+}
+
+/// The key of a pair's lock on PostgreSQL (a transaction-level advisory lock), which orders
+/// a block or unblock between the pair's users after, or before, the first message that
+/// creates their conversation. The creating statement copies the blocks in force into the
+/// new member rows, and a block writes itself into the member row of the conversation if
+/// there is one: without the lock, each could miss the other's uncommitted write, leaving
+/// a block that sends ignore (or an unblock they do not). The batch holds the lock shared
+/// from before it reads the blocks; a block takes it exclusively before it looks for the
+/// conversation; whichever comes second waits for the other's commit and sees its write.
+/// SQLite has one writer, which orders them already. 64-bit FNV-1a of both ids, the same
+/// on every node; two pairs with one key only wait for each other.
+pub fn pair_lock((lo, hi): &Pair) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    // 0xFF is in no UTF-8 text: it ends the first id.
+    for b in lo.bytes().chain([0xFF]).chain(hi.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
 }
 
 /// The private conversations of `pairs` that exist.
@@ -99,7 +119,11 @@ pub async fn create_pairs(
         .collect();
     users.sort_unstable();
     users.dedup();
-    let known = crate::store::accounts::existing_users(d, conn, &users).await?;
+    // The pairs' locks first, shared (`pair_lock`): the statement that creates them reads
+    // the blocks of their users afterwards, with a snapshot taken after every block or
+    // unblock of the pairs that held a lock has committed.
+    let locks: Vec<i64> = missing.iter().map(pair_lock).collect();
+    let known = existing_users_locking(d, conn, &users, &locks).await?;
     let new: Vec<&Pair> = missing
         .iter()
         .filter(|(lo, hi)| known.contains(lo) && known.contains(hi))

@@ -26,19 +26,30 @@ pub struct Created {
 /// creates their conversation. The creating statement copies the blocks in force into the
 /// new member rows, and a block writes itself into the member row of the conversation if
 /// there is one: without the lock, each could miss the other's uncommitted write, leaving
-/// a block that sends ignore (or an unblock they do not). The batch holds the lock shared
-/// from before it reads the blocks; a block takes it exclusively before it looks for the
-/// conversation; whichever comes second waits for the other's commit and sees its write.
-/// SQLite has one writer, which orders them already. 64-bit FNV-1a of both ids, the same
-/// on every node; two pairs with one key only wait for each other.
+/// a block that sends ignore (or an unblock they do not). The batch takes the lock shared
+/// before the statement that creates the conversation (whose snapshot then follows it); a
+/// block takes it exclusively before it looks for the conversation; whichever comes second
+/// waits for the other's commit and sees its write. SQLite has one writer, which orders
+/// them already.
+///
+/// Pairs share `PAIR_LOCKS` keys (64-bit FNV-1a of both ids, the same on every node), so
+/// a batch of thousands of first messages holds at most that many locks in PostgreSQL's
+/// shared lock table, where each advisory lock takes a slot until the commit. A block then
+/// also waits for a batch creating another pair of its key: one commit at most.
 pub fn pair_lock((lo, hi): &Pair) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     // 0xFF is in no UTF-8 text: it ends the first id.
     for b in lo.bytes().chain([0xFF]).chain(hi.bytes()) {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    h as i64
+    // Out of the way of small keys another program on the database might lock.
+    PAIR_LOCK_BASE + (h % PAIR_LOCKS) as i64
 }
+
+/// How many keys `pair_lock` spreads the pairs over.
+const PAIR_LOCKS: u64 = 256;
+/// The first of them: "Courier" in ASCII, then a zero byte.
+const PAIR_LOCK_BASE: i64 = 0x436f_7572_6965_7200;
 
 /// The private conversations of `pairs` that exist.
 pub async fn find_pairs(
@@ -122,7 +133,9 @@ pub async fn create_pairs(
     // The pairs' locks first, shared (`pair_lock`): the statement that creates them reads
     // the blocks of their users afterwards, with a snapshot taken after every block or
     // unblock of the pairs that held a lock has committed.
-    let locks: Vec<i64> = missing.iter().map(pair_lock).collect();
+    let mut locks: Vec<i64> = missing.iter().map(pair_lock).collect();
+    locks.sort_unstable();
+    locks.dedup();
     let known = existing_users_locking(d, conn, &users, &locks).await?;
     let new: Vec<&Pair> = missing
         .iter()

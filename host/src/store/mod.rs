@@ -665,8 +665,9 @@ const WRITER_PRAGMAS: &str =
 /// Copies the SQLite write-ahead log into the database from a reader connection: a passive
 /// checkpoint never blocks the writer, so commits do not stall on it. Every `busy` while
 /// the log's frame count moves (it grows, or starts over); when a look finds it where the
-/// last left it, the next waits twice as long, up to 100 ms (and after a failure). With `synchronous = normal` the checkpoint is what syncs the log, so a commit
-/// reaches the disk within about 100 ms, as it did when this ran every 100 ms.
+/// last left it, the next waits twice as long, up to 100 ms (after a failure, 100 ms).
+/// With `synchronous = normal` the checkpoint is what syncs the log, so a commit reaches
+/// the disk within about 100 ms, as it did when this ran every 100 ms.
 async fn checkpoints(read: AnyPool, busy: Duration) {
     const IDLE: Duration = Duration::from_millis(100);
     let (mut wait, mut frames) = (busy, None);

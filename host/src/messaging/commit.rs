@@ -239,7 +239,8 @@ async fn commit_with_retries(
                 conflicts += 1;
                 tokio::time::sleep(Duration::from_millis(2 << conflicts)).await;
             }
-            // The store now pings connections before use, so the retry runs on a live one.
+            // The store now closes the connections opened before the break and pings the
+            // others (`store::Health`), so the retry runs on a live one.
             Err(BatchError::Broken(e) | BatchError::BrokenInCommit(e))
                 if broken < BROKEN_RETRIES =>
             {

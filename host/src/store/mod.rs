@@ -18,7 +18,7 @@ pub mod sync;
 
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -262,29 +262,59 @@ impl Drop for BatchTx<'_> {
 }
 
 /// Whether the database's connections can be trusted. Pooled connections are not pinged
-/// before use (a round trip each); once one is found broken — the server terminated it,
-/// restarted, or the network dropped it — the others may be dead too, so for a while every
-/// connection is pinged as it leaves the pool and a dead one is closed instead of failing
-/// its request.
-#[derive(Debug, Default)]
+/// before use (a round trip each). Once one is found broken — the server terminated it,
+/// restarted, or the network dropped it — the others may be dead too, or about to be: a
+/// server terminating every connection reaches them one after another, so one that answers
+/// a ping now may be cut a moment later. So every pooled connection opened before the
+/// break is closed as it leaves the pool, and for a while the newer ones are pinged.
+#[derive(Debug)]
 pub struct Health {
-    suspect_until_ms: AtomicI64,
+    /// What `broken_at_us` counts from.
+    origin: std::time::Instant,
+    /// When the last broken connection was found, in µs since `origin` (0: never).
+    broken_at_us: AtomicU64,
 }
 
 /// How long connections are pinged before use after one was found broken.
-const SUSPECT_MS: i64 = 5_000;
+const SUSPECT: Duration = Duration::from_secs(5);
+
+impl Default for Health {
+    fn default() -> Health {
+        Health {
+            origin: std::time::Instant::now(),
+            broken_at_us: AtomicU64::new(0),
+        }
+    }
+}
 
 impl Health {
     /// Notes a failed statement: a broken connection makes every pooled one suspect.
     pub fn note(&self, e: &sqlx::Error) {
         if is_broken(e) {
-            self.suspect_until_ms
-                .store(crate::clock::now_ms() + SUSPECT_MS, Ordering::Relaxed);
+            let now = self.origin.elapsed().as_micros().max(1) as u64;
+            self.broken_at_us.fetch_max(now, Ordering::Relaxed);
         }
     }
 
-    fn suspect(&self) -> bool {
-        crate::clock::now_ms() < self.suspect_until_ms.load(Ordering::Relaxed)
+    /// The last break, as time since `origin`, if any.
+    fn broken_at(&self) -> Option<Duration> {
+        match self.broken_at_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// Whether a pooled connection `age` old may be used: not if it was opened before the
+    /// last break; pinged if the break was recent.
+    async fn usable(&self, conn: &mut sqlx::AnyConnection, age: Duration) -> bool {
+        let Some(broken_at) = self.broken_at() else {
+            return true;
+        };
+        let now = self.origin.elapsed();
+        if now.saturating_sub(age) <= broken_at {
+            return false;
+        }
+        now - broken_at > SUSPECT || conn.ping().await.is_ok()
     }
 }
 
@@ -474,16 +504,16 @@ impl Store {
             }
         } else {
             // No ping before each use while the database is healthy (a round trip each).
-            // Once a connection is found broken, every connection is pinged before use
-            // for a while, and a dead one is closed instead of failing its request; the
-            // batch that met the broken one runs again (`messaging::commit`).
+            // Once a connection is found broken, those opened before are closed and the
+            // newer ones pinged for a while (`Health`); the batch that met the broken one
+            // runs again (`messaging::commit`).
             let pinging = health.clone();
             let pool = AnyPoolOptions::new()
                 .max_connections(cfg.max_connections)
                 .test_before_acquire(false)
-                .before_acquire(move |conn, _| {
+                .before_acquire(move |conn, meta| {
                     let health = pinging.clone();
-                    Box::pin(async move { Ok(!health.suspect() || conn.ping().await.is_ok()) })
+                    Box::pin(async move { Ok(health.usable(conn, meta.age).await) })
                 })
                 .acquire_timeout(Duration::from_secs(30))
                 // The batch statements are prepared once and run with new values every
@@ -626,8 +656,8 @@ impl Store {
         }
     }
 
-    /// Runs a read, and once more when its connection broke (the first failure puts the
-    /// pool in ping mode, so the second attempt gets a live connection). Only for reads:
+    /// Runs a read, and once more when its connection broke (after the first failure the
+    /// pool hands out only connections opened since, pinged: `Health`). Only for reads:
     /// a write outside a transaction may have happened.
     pub(crate) async fn read_twice<T, F, Fut>(&self, read: F) -> sqlx::Result<T>
     where

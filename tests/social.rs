@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::server::{
-    Backend, FAST, Server, User, Ws, call, conv, ok, peer, send_err, send_ok, setup, text,
+    ADMIN_TOKEN, Backend, FAST, Server, User, Ws, call, conv, ok, peer, send_err, send_ok, setup,
+    text,
 };
 use serde_json::{Value, json};
 
@@ -25,6 +26,7 @@ on_both!(
     a_reset_names_a_known_user,
     a_block_made_before_the_first_message_holds,
     a_block_and_a_first_message_at_once_agree,
+    a_deletion_and_a_first_message_to_it_at_once_agree,
 );
 
 /// The test servers' `server.admin_token` (see `common::server`).
@@ -1686,4 +1688,74 @@ async fn a_block_and_a_first_message_at_once_agree(b: Backend) {
         wrong.is_empty(),
         "replies answered against the block as it stands: {wrong:#?}"
     );
+}
+
+/// An account deleted at the same moment as a first message to it, pair after pair:
+/// whichever the server takes first, the deleted id is in no conversation afterwards. The
+/// first message is accepted (its conversation then belongs to the alias) or refused
+/// `user_not_found`; afterwards a message to the old id is refused, and the sender's
+/// conversations name only the alias.
+async fn a_deletion_and_a_first_message_to_it_at_once_agree(b: Backend) {
+    const PAIRS: usize = 48;
+    let (_db, s) = setup(&b, "delete-race", "").await;
+    let s = Arc::new(s);
+    let mut users = Vec::new();
+    for i in 0..PAIRS {
+        users.push((
+            s.user(&format!("sender{i}")).await,
+            s.user(&format!("doomed{i}")).await,
+        ));
+    }
+    let first = |i: usize, tag: &str| {
+        json!({"clientMsgId": format!("{tag}-{i}"), "conversationType": 1,
+        "peerId": format!("doomed{i}"), "contentType": 1, "payload": {"text": tag}})
+    };
+    let mut tasks = Vec::new();
+    for (i, (a, doomed)) in users.iter().cloned().enumerate() {
+        let s2 = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let path = format!("/admin/users/{}", doomed.id);
+            let (status, body) = s2.http("DELETE", &path, Some(ADMIN_TOKEN), None).await;
+            assert_eq!(status, 200, "deleting {}: {body}", doomed.id);
+            None
+        }));
+        let s2 = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let (status, body) =
+                call(&s2, &a, "POST", "/v1/messages", Some(first(i, "first"))).await;
+            Some((i, status, body))
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        if let Some((i, status, body)) = t.await.expect("a deletion or a first message") {
+            match status {
+                200 => accepted += 1,
+                404 if body["error"]["code"] == "user_not_found" => {}
+                _ => panic!("the first message to doomed{i}: {status} {body}"),
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (i, (a, doomed)) in users.iter().enumerate() {
+        let (status, body) = call(&s, a, "POST", "/v1/messages", Some(first(i, "again"))).await;
+        if !(status == 404 && body["error"]["code"] == "user_not_found") {
+            wrong.push(format!(
+                "a message to {} afterwards: {status} {body}",
+                doomed.id
+            ));
+        }
+        let listed = ok(&s, a, "GET", "/v1/conversations", None).await;
+        if listed.to_string().contains(&format!("\"{}\"", doomed.id)) {
+            wrong.push(format!(
+                "{}'s conversations name {}: {listed}",
+                a.id, doomed.id
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a deleted id outlived its deletion: {wrong:#?}"
+    );
+    println!("{accepted} of {PAIRS} first messages came before their deletion");
 }

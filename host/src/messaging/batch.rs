@@ -13,10 +13,10 @@ use super::rules::{SendView, may_send};
 use crate::protocol::Refused;
 use crate::store::batch::{
     BatchError, Created, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored,
-    Writes, acc_at, committing, complete, create_pairs, lock_first, pair, read_position,
-    recall_target, recalled_counting, write,
+    Writes, acc_at, committing, complete, create_pairs, creation_locks, lock_first, pair,
+    read_position, recall_target, recalled_counting, write,
 };
-use crate::store::social::blocked_pairs;
+use crate::store::social::blocked_pairs_locking;
 use crate::store::sync::unread;
 use crate::store::{BatchTx, Dialect, Store, Writer};
 use crate::telemetry::{self, CommitPath};
@@ -277,9 +277,14 @@ impl Targets {
             .into_iter()
             .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
             .collect();
+        // The creation locks of the pairs first (`creation_locks`), with the blocks: the
+        // statements that read which users exist and create the pairs follow them.
         let blocked_by_peer = match first.is_empty() {
             true => HashSet::new(),
-            false => blocked_pairs(d, conn, &first).await?,
+            false => {
+                let pairs: Vec<Pair> = first.iter().map(|(p, s)| pair(s, p)).collect();
+                blocked_pairs_locking(d, conn, &first, &creation_locks(&pairs)).await?
+            }
         };
         let mut create: Vec<Pair> = first
             .iter()

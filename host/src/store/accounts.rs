@@ -27,41 +27,20 @@ pub async fn existing_users(
     conn: &mut AnyConnection,
     users: &[&str],
 ) -> sqlx::Result<HashSet<String>> {
-    existing_users_locking(d, conn, users, &[]).await
-}
-
-/// [`existing_users`], and on PostgreSQL, in the same statement and before it reads,
-/// the transaction's shared advisory locks of the keys `locks` (held until it ends).
-pub(crate) async fn existing_users_locking(
-    d: Dialect,
-    conn: &mut AnyConnection,
-    users: &[&str],
-    locks: &[i64],
-) -> sqlx::Result<HashSet<String>> {
     if users.is_empty() {
         return Ok(HashSet::new());
     }
     let keys: Vec<[&str; 1]> = users.iter().map(|u| [*u]).collect();
-    let mut sql = lookup(
+    let sql = lookup(
         d,
         "user_id",
         "users",
         &[("user_id", false)],
         "AND deleted_at IS NULL",
     );
-    let locking = d == Dialect::Postgres && !locks.is_empty();
-    if locking {
-        // An uncorrelated condition: evaluated once, before the first row is read.
-        sql = format!(
-            "SELECT x.* FROM ({sql}) x WHERE (SELECT count(pg_advisory_xact_lock_shared(\
-             CAST(k AS BIGINT))) FROM jsonb_array_elements_text(CAST($2 AS jsonb)) k) >= 0"
-        );
-    }
-    let mut q = sqlx::query(&sql).bind(json(&keys));
-    if locking {
-        q = q.bind(json(locks));
-    }
-    q.fetch_all(conn)
+    sqlx::query(&sql)
+        .bind(json(&keys))
+        .fetch_all(conn)
         .await?
         .iter()
         .map(|r| r.try_get(0))
@@ -257,11 +236,19 @@ impl Store {
 /// cached member lists name `from`). The `users` row stays as the tombstone: deleted, no
 /// password, its alias noted, no token valid. Runs inside the caller's transaction.
 pub(crate) async fn rename_account(
+    d: Dialect,
     conn: &mut sqlx::AnyConnection,
     from: &str,
     to: &str,
     now: i64,
 ) -> sqlx::Result<()> {
+    if d == Dialect::Postgres {
+        // Ordered with a first message that creates a conversation with it (`user_lock`).
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(super::batch::user_lock(from))
+            .execute(&mut *conn)
+            .await?;
+    }
     // Private pairs are ordered (lo < hi, as `batch::pair` orders): rewritten whole.
     let pairs = sqlx::query(
         "SELECT user_lo, user_hi, conversation_id FROM private_pairs WHERE user_lo = $1 OR user_hi = $1",

@@ -91,19 +91,35 @@ pub async fn blocked_pairs(
     conn: &mut AnyConnection,
     pairs: &[(String, String)],
 ) -> sqlx::Result<HashSet<(String, String)>> {
-    let sql = lookup(
+    blocked_pairs_locking(d, conn, pairs, &[]).await
+}
+
+/// [`blocked_pairs`], and on PostgreSQL, in the same statement and before it reads, the
+/// transaction's shared advisory locks of the keys `locks` (held until it ends; see
+/// `batch::creation_locks`).
+pub async fn blocked_pairs_locking(
+    d: Dialect,
+    conn: &mut AnyConnection,
+    pairs: &[(String, String)],
+    locks: &[i64],
+) -> sqlx::Result<HashSet<(String, String)>> {
+    let mut sql = lookup(
         d,
         "blocker, blocked",
         "blocks",
         &[("blocker", false), ("blocked", false)],
         "AND active = 1",
     );
+    let locking = d == Dialect::Postgres && !locks.is_empty();
+    if locking {
+        sql = super::batch::sharing_locks(&sql, "$2");
+    }
+    let mut q = sqlx::query(&sql).bind(json(pairs));
+    if locking {
+        q = q.bind(json(locks));
+    }
     let mut found = HashSet::new();
-    for row in sqlx::query(&sql)
-        .bind(json(pairs))
-        .fetch_all(&mut *conn)
-        .await?
-    {
+    for row in q.fetch_all(&mut *conn).await? {
         found.insert((row.try_get(0)?, row.try_get(1)?));
     }
     Ok(found)

@@ -14,7 +14,10 @@ use crate::protocol::Error;
 pub use crate::protocol::{Pair, Stored, pair};
 pub use heads::{Found, complete, lock_first};
 pub use messages::{Heads, RecallTarget, Writes, Written, recall_target, write};
-pub use pairs::{Created, create_pairs, find_pairs, pair_lock, resolve_pairs};
+pub(crate) use pairs::sharing_locks;
+pub use pairs::{
+    Created, create_pairs, creation_locks, find_pairs, pair_lock, resolve_pairs, user_lock,
+};
 pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting};
 
 impl From<BatchError> for Error {

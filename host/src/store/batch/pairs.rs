@@ -7,7 +7,7 @@ use sqlx::{AnyConnection, Row as _};
 use super::heads::created_private;
 use super::{BatchError, Head, Members};
 use crate::protocol::Pair;
-use crate::store::accounts::existing_users_locking;
+use crate::store::accounts::existing_users;
 use crate::store::{Dialect, json, lookup};
 
 /// The private conversations a batch created: their ids by pair and, on PostgreSQL, their
@@ -27,29 +27,70 @@ pub struct Created {
 /// new member rows, and a block writes itself into the member row of the conversation if
 /// there is one: without the lock, each could miss the other's uncommitted write, leaving
 /// a block that sends ignore (or an unblock they do not). The batch takes the lock shared
-/// before the statement that creates the conversation (whose snapshot then follows it); a
-/// block takes it exclusively before it looks for the conversation; whichever comes second
-/// waits for the other's commit and sees its write. SQLite has one writer, which orders
-/// them already.
+/// (`creation_locks`) in a statement before the ones that create the conversation (whose
+/// snapshots then follow it); a block takes it exclusively before it looks for the
+/// conversation; whichever comes second waits for the other's commit and sees its write.
+/// SQLite has one writer, which orders them already.
 ///
-/// Pairs share `PAIR_LOCKS` keys (64-bit FNV-1a of both ids, the same on every node), so
+/// Pairs share `LOCK_KEYS` keys (64-bit FNV-1a of both ids, the same on every node), so
 /// a batch of thousands of first messages holds at most that many locks in PostgreSQL's
 /// shared lock table, where each advisory lock takes a slot until the commit. A block then
 /// also waits for a batch creating another pair of its key: one commit at most.
 pub fn pair_lock((lo, hi): &Pair) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     // 0xFF is in no UTF-8 text: it ends the first id.
-    for b in lo.bytes().chain([0xFF]).chain(hi.bytes()) {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    // Out of the way of small keys another program on the database might lock.
-    PAIR_LOCK_BASE + (h % PAIR_LOCKS) as i64
+    lock_key(PAIR_LOCK_BASE, lo.bytes().chain([0xFF]).chain(hi.bytes()))
 }
 
-/// How many keys `pair_lock` spreads the pairs over.
-const PAIR_LOCKS: u64 = 256;
-/// The first of them: "Courier" in ASCII, then a zero byte.
+/// The key of a user's lock on PostgreSQL, which orders deleting the account after, or
+/// before, a first message that creates a conversation with it: the batch takes the locks
+/// of the pairs' users with the pairs' (`creation_locks`), before it reads which users
+/// exist; the deletion (`accounts::rename_account`) takes it exclusively before it renames
+/// the account's pairs, so it either finds the new pair or the batch finds the account
+/// deleted. Users share `LOCK_KEYS` keys of their own.
+pub fn user_lock(user: &str) -> i64 {
+    lock_key(USER_LOCK_BASE, user.bytes())
+}
+
+/// The keys a transaction that may create the private conversations of `pairs` holds
+/// shared first (`pair_lock`, `user_lock`), sorted, each once.
+pub fn creation_locks(pairs: &[Pair]) -> Vec<i64> {
+    let mut keys: Vec<i64> = pairs
+        .iter()
+        .flat_map(|p| [pair_lock(p), user_lock(&p.0), user_lock(&p.1)])
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// `sql` (a query), taking first, in the same statement and before it reads, the
+/// transaction's shared advisory locks of the keys bound as `param` (a JSON array). An
+/// uncorrelated condition: evaluated once, before the first row is read. The statement's
+/// own snapshot is older than the locks; the transaction's later statements see what
+/// committed before they were granted.
+pub(crate) fn sharing_locks(sql: &str, param: &str) -> String {
+    format!(
+        "SELECT x.* FROM ({sql}) x WHERE (SELECT count(pg_advisory_xact_lock_shared(\
+         CAST(k AS BIGINT))) FROM jsonb_array_elements_text(CAST({param} AS jsonb)) k) >= 0"
+    )
+}
+
+/// One of the `LOCK_KEYS` keys from `base`, by the 64-bit FNV-1a of `bytes`.
+fn lock_key(base: i64, bytes: impl Iterator<Item = u8>) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    base + (h % LOCK_KEYS) as i64
+}
+
+/// How many keys `pair_lock` spreads the pairs over, and `user_lock` the users.
+const LOCK_KEYS: u64 = 256;
+/// The first pair key: "Courier" in ASCII, then a zero byte (out of the way of small keys
+/// another program on the database might lock).
 const PAIR_LOCK_BASE: i64 = 0x436f_7572_6965_7200;
+/// The first user key, after the pairs'.
+const USER_LOCK_BASE: i64 = PAIR_LOCK_BASE + LOCK_KEYS as i64;
 
 /// The private conversations of `pairs` that exist.
 pub async fn find_pairs(
@@ -85,6 +126,12 @@ pub async fn resolve_pairs(
     pairs: &[Pair],
     now: i64,
 ) -> Result<HashMap<Pair, i64>, BatchError> {
+    if d == Dialect::Postgres {
+        sqlx::query(&sharing_locks("SELECT 1", "$1"))
+            .bind(json(&creation_locks(pairs)))
+            .execute(&mut *conn)
+            .await?;
+    }
     let mut found = find_pairs(d, conn, pairs).await?;
     let missing: Vec<Pair> = pairs
         .iter()
@@ -112,8 +159,10 @@ const CREATE: [&str; 3] = [
 /// Creates the private conversations of `missing` (pairs without one, of known users that
 /// were not deleted): their heads, pairs and members written together, whatever their
 /// number (`CREATE`; on PostgreSQL in one statement, on SQLite in one call after their
-/// ids are taken). A pair another node created since the batch looked is a unique
-/// violation: a conflict, and the batch runs again.
+/// ids are taken). On PostgreSQL the transaction holds their `creation_locks` already,
+/// taken by an earlier statement, so what it reads of blocks and deletions follows them. A
+/// pair another node created since the batch looked is a unique violation: a conflict, and
+/// the batch runs again.
 pub async fn create_pairs(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -130,13 +179,7 @@ pub async fn create_pairs(
         .collect();
     users.sort_unstable();
     users.dedup();
-    // The pairs' locks first, shared (`pair_lock`): the statement that creates them reads
-    // the blocks of their users afterwards, with a snapshot taken after every block or
-    // unblock of the pairs that held a lock has committed.
-    let mut locks: Vec<i64> = missing.iter().map(pair_lock).collect();
-    locks.sort_unstable();
-    locks.dedup();
-    let known = existing_users_locking(d, conn, &users, &locks).await?;
+    let known = existing_users(d, conn, &users).await?;
     let new: Vec<&Pair> = missing
         .iter()
         .filter(|(lo, hi)| known.contains(lo) && known.contains(hi))

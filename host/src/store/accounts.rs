@@ -234,7 +234,8 @@ impl Store {
 /// its devices (and their push tokens) go, its own user stream goes, its private conversations are marked (members.state 4) so
 /// sends to them are refused, and the groups it was in move to a new version (their
 /// cached member lists name `from`). The `users` row stays as the tombstone: deleted, no
-/// password, its alias noted, no token valid. Runs inside the caller's transaction.
+/// password, its alias noted, no token valid. Runs inside the caller's transaction. What
+/// a first message to it may be writing at the same moment comes last, under its lock.
 pub(crate) async fn rename_account(
     d: Dialect,
     conn: &mut sqlx::AnyConnection,
@@ -242,38 +243,6 @@ pub(crate) async fn rename_account(
     to: &str,
     now: i64,
 ) -> sqlx::Result<()> {
-    if d == Dialect::Postgres {
-        // Ordered with a first message that creates a conversation with it (`user_lock`).
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(super::batch::user_lock(from))
-            .execute(&mut *conn)
-            .await?;
-    }
-    // Private pairs are ordered (lo < hi, as `batch::pair` orders): rewritten whole.
-    let pairs = sqlx::query(
-        "SELECT user_lo, user_hi, conversation_id FROM private_pairs WHERE user_lo = $1 OR user_hi = $1",
-    )
-    .bind(from)
-    .fetch_all(&mut *conn)
-    .await?;
-    sqlx::query("DELETE FROM private_pairs WHERE user_lo = $1 OR user_hi = $1")
-        .bind(from)
-        .execute(&mut *conn)
-        .await?;
-    for row in pairs {
-        let (lo, hi, id): (String, String, i64) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        let other = if lo == from { hi } else { lo };
-        let (lo, hi) = super::batch::pair(to, &other);
-        sqlx::query(
-            "INSERT INTO private_pairs (user_lo, user_hi, conversation_id) VALUES ($1, $2, $3)",
-        )
-        .bind(lo)
-        .bind(hi)
-        .bind(id)
-        .execute(&mut *conn)
-        .await?;
-    }
     // Its pending join requests, its own user stream, its revoked tokens and its devices:
     // no one's now.
     for gone in [
@@ -293,10 +262,10 @@ pub(crate) async fn rename_account(
             .execute(&mut *conn)
             .await?;
     }
-    const COLUMNS: [(&str, &str); 14] = [
+    // Every column naming users but the members' (below).
+    const COLUMNS: [(&str, &str); 13] = [
         ("messages", "sender_id"),
         ("mailbox_entries", "sender_id"),
-        ("members", "user_id"),
         ("member_intervals", "user_id"),
         ("read_positions", "user_id"),
         ("group_info", "owner_id"),
@@ -318,6 +287,43 @@ pub(crate) async fn rename_account(
         .execute(&mut *conn)
         .await?;
     }
+    // What a first message creating a conversation with it writes (its pair, the member
+    // rows) and the mark that it is deleted, last: on PostgreSQL after the account's lock
+    // (`user_lock`), so a batch holding it has committed and its rows are seen, and a
+    // batch waiting for it sees the account deleted. Held from here to the commit only.
+    if d == Dialect::Postgres {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(super::batch::user_lock(from))
+            .execute(&mut *conn)
+            .await?;
+    }
+    // Private pairs are ordered (lo < hi, as `batch::pair` orders): rewritten whole, in
+    // place (the conversation a pair names does not change, so no key of it is checked).
+    let pairs = sqlx::query(
+        "SELECT user_lo, user_hi FROM private_pairs WHERE user_lo = $1 OR user_hi = $1",
+    )
+    .bind(from)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in pairs {
+        let (lo, hi): (String, String) = (row.try_get(0)?, row.try_get(1)?);
+        let other = if lo == from { &hi } else { &lo };
+        let (new_lo, new_hi) = super::batch::pair(to, other);
+        sqlx::query(
+            "UPDATE private_pairs SET user_lo = $1, user_hi = $2 WHERE user_lo = $3 AND user_hi = $4",
+        )
+        .bind(new_lo)
+        .bind(new_hi)
+        .bind(&lo)
+        .bind(&hi)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query("UPDATE members SET user_id = $1 WHERE user_id = $2")
+        .bind(to)
+        .bind(from)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query(
         "UPDATE members SET state = $2 WHERE user_id = $1 AND conversation_id IN \
          (SELECT conversation_id FROM conversations WHERE conversation_type = 1)",

@@ -288,7 +288,8 @@ impl Default for Health {
 }
 
 impl Health {
-    /// Notes a failed statement: a broken connection makes every pooled one suspect.
+    /// Notes a failed statement: a broken connection retires every pooled connection
+    /// opened before it.
     pub fn note(&self, e: &sqlx::Error) {
         if is_broken(e) {
             let now = self.origin.elapsed().as_micros().max(1) as u64;

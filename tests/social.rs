@@ -1617,13 +1617,7 @@ async fn a_block_and_a_first_message_at_once_agree(b: Backend) {
     const PAIRS: usize = 128;
     let (_db, s) = setup(&b, "block-race", "").await;
     let s = Arc::new(s);
-    let mut users = Vec::new();
-    for i in 0..PAIRS {
-        users.push((
-            s.user(&format!("a{i}")).await,
-            s.user(&format!("b{i}")).await,
-        ));
-    }
+    let users = user_pairs(&s, PAIRS, "a", "b").await;
     let unblocking = |i: usize| i % 2 == 1;
     let peer_first = |i: usize| i % 4 >= 2;
     for (i, (a, b)) in users.iter().enumerate() {
@@ -1710,13 +1704,7 @@ async fn a_deletion_and_a_first_message_to_it_at_once_agree(b: Backend) {
     const PAIRS: usize = 48;
     let (_db, s) = setup(&b, "delete-race", "").await;
     let s = Arc::new(s);
-    let mut users = Vec::new();
-    for i in 0..PAIRS {
-        users.push((
-            s.user(&format!("sender{i}")).await,
-            s.user(&format!("doomed{i}")).await,
-        ));
-    }
+    let users = user_pairs(&s, PAIRS, "sender", "doomed").await;
     let first = |i: usize, tag: &str| {
         json!({"clientMsgId": format!("{tag}-{i}"), "conversationType": 1,
         "peerId": format!("doomed{i}"), "contentType": 1, "payload": {"text": tag}})
@@ -1769,4 +1757,16 @@ async fn a_deletion_and_a_first_message_to_it_at_once_agree(b: Backend) {
         "a deleted id outlived its deletion: {wrong:#?}"
     );
     println!("{accepted} of {PAIRS} first messages came before their deletion");
+}
+
+/// `n` pairs of new users, `{a}{i}` and `{b}{i}`.
+async fn user_pairs(s: &Server, n: usize, a: &str, b: &str) -> Vec<(User, User)> {
+    let mut users = Vec::new();
+    for i in 0..n {
+        users.push((
+            s.user(&format!("{a}{i}")).await,
+            s.user(&format!("{b}{i}")).await,
+        ));
+    }
+    users
 }

@@ -135,8 +135,8 @@ impl Core {
                     tokio::time::sleep(Duration::from_millis(2 << attempt)).await;
                 }
                 // Broken before COMMIT: nothing was written; run it once more (the store
-                // retires the connections opened before the break now: `store::Health`). Broken in COMMIT is not retried: the
-                // change may have been made.
+                // retires the connections opened before the break now: `store::Health`).
+                // Broken in COMMIT is not retried: the change may have been made.
                 Err(OpError::Db(BatchError::Broken(e))) if !broken => {
                     broken = true;
                     self.store.note(&e);

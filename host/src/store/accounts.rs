@@ -310,7 +310,8 @@ pub(crate) async fn rename_account(
         let other = if lo == from { &hi } else { &lo };
         let (new_lo, new_hi) = super::batch::pair(to, other);
         sqlx::query(
-            "UPDATE private_pairs SET user_lo = $1, user_hi = $2 WHERE user_lo = $3 AND user_hi = $4",
+            "UPDATE private_pairs SET user_lo = $1, user_hi = $2 \
+             WHERE user_lo = $3 AND user_hi = $4",
         )
         .bind(new_lo)
         .bind(new_hi)

@@ -34,8 +34,9 @@ pub struct Created {
 ///
 /// Pairs share `LOCK_KEYS` keys (64-bit FNV-1a of both ids, the same on every node), so
 /// a batch of thousands of first messages holds at most that many pair locks (and as many
-/// user locks, `user_lock`) in PostgreSQL's shared lock table, where each advisory lock takes a slot until the commit. A block then
-/// also waits for a batch creating another pair of its key: one commit at most.
+/// user locks, `user_lock`) in PostgreSQL's shared lock table, where each advisory lock
+/// takes a slot until the commit. A block then also waits for a batch creating another
+/// pair of its key: one commit at most.
 pub fn pair_lock((lo, hi): &Pair) -> i64 {
     // 0xFF is in no UTF-8 text: it ends the first id.
     lock_key(PAIR_LOCK_BASE, lo.bytes().chain([0xFF]).chain(hi.bytes()))
@@ -46,7 +47,8 @@ pub fn pair_lock((lo, hi): &Pair) -> i64 {
 /// of the pairs' users with the pairs' (`creation_locks`), before it reads which users
 /// exist; the deletion (`accounts::rename_account`) takes it exclusively before it renames
 /// the account's pairs and member rows and marks it deleted, the last of its transaction,
-/// so it either finds the new pair or the batch finds the account deleted. Users share `LOCK_KEYS` keys of their own.
+/// so it either finds the new pair or the batch finds the account deleted. Users share
+/// `LOCK_KEYS` keys of their own.
 pub fn user_lock(user: &str) -> i64 {
     lock_key(USER_LOCK_BASE, user.bytes())
 }

@@ -21,7 +21,14 @@ fn main() {
     let target_root = profile_dir.parent().unwrap().to_path_buf();
     let nested_target = target_root.join("wasm-plugins");
 
-    for p in ["plugins", "plugin-sdk/src", "plugin-sdk/Cargo.toml", "wit"] {
+    // The migrations too: `sqlx::migrate!` embeds them, and cargo does not see them change.
+    for p in [
+        "plugins",
+        "plugin-sdk/src",
+        "plugin-sdk/Cargo.toml",
+        "wit",
+        "migrations",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
 

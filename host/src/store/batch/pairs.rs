@@ -192,13 +192,15 @@ pub async fn create_pairs(
     let (pair, from) = crate::store::groups::elements(d, "$1", &[false, false]);
     match d {
         Dialect::Postgres => {
-            // The ids from the sequence; `p` is evaluated once (materialized), so every
-            // insert reads the same ones. The keys the inserts reference are checked at
-            // the statement's end. Each pair comes back once per member row written.
+            // The ids from the sequence, found once (a subquery: as an argument of
+            // `nextval` the name would be looked up again for every pair, five times the
+            // cost of the `nextval`); `p` is evaluated once (materialized), so every
+            // insert reads the same ids (no foreign key checks them again: migration
+            // 0009). Each pair comes back once per member row written.
             let [heads, pairs, members] = CREATE;
             let sql = format!(
-                "WITH p(lo, hi, id) AS MATERIALIZED (SELECT {pair}, \
-                 nextval(pg_get_serial_sequence('conversations', 'conversation_id')) \
+                "WITH p(lo, hi, id) AS MATERIALIZED (SELECT {pair}, nextval((SELECT \
+                 CAST(pg_get_serial_sequence('conversations', 'conversation_id') AS regclass))) \
                  FROM {from}), c AS ({heads}), pp AS ({pairs}), \
                  m AS ({members} RETURNING conversation_id, user_id, blocks_peer) \
                  SELECT p.lo, p.hi, p.id, m.user_id, m.blocks_peer \

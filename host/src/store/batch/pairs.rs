@@ -193,7 +193,7 @@ pub async fn create_pairs(
     match d {
         Dialect::Postgres => {
             // The ids from the sequence, found once (a subquery: as an argument of
-            // `nextval` the name would be looked up again for every pair, five times the
+            // `nextval` the name would be looked up again for every pair, ten times the
             // cost of the `nextval`); `p` is evaluated once (materialized), so every
             // insert reads the same ids (no foreign key checks them again: migration
             // 0009). Each pair comes back once per member row written.

@@ -297,26 +297,35 @@ pub(crate) async fn rename_account(
             .execute(&mut *conn)
             .await?;
     }
-    // Private pairs are ordered (lo < hi, as `batch::pair` orders): rewritten whole, in
-    // place (the conversation a pair names does not change, so no key of it is checked).
-    let pairs = sqlx::query(
-        "SELECT user_lo, user_hi FROM private_pairs WHERE user_lo = $1 OR user_hi = $1",
-    )
-    .bind(from)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in pairs {
+    // Private pairs are ordered (lo < hi, as `batch::pair` orders, by bytes): rewritten
+    // whole, in place, by one statement however many (the alias is in no other pair, so
+    // no row meets another's key on the way).
+    let mut moved: Vec<(String, String, String, String)> = Vec::new();
+    for row in
+        sqlx::query("SELECT user_lo, user_hi FROM private_pairs WHERE user_lo = $1 OR user_hi = $1")
+            .bind(from)
+            .fetch_all(&mut *conn)
+            .await?
+    {
         let (lo, hi): (String, String) = (row.try_get(0)?, row.try_get(1)?);
         let other = if lo == from { &hi } else { &lo };
         let (new_lo, new_hi) = super::batch::pair(to, other);
-        sqlx::query(
-            "UPDATE private_pairs SET user_lo = $1, user_hi = $2 \
-             WHERE user_lo = $3 AND user_hi = $4",
-        )
-        .bind(new_lo)
-        .bind(new_hi)
-        .bind(&lo)
-        .bind(&hi)
+        moved.push((lo, hi, new_lo, new_hi));
+    }
+    if !moved.is_empty() {
+        sqlx::query(match d {
+            Dialect::Postgres => {
+                "UPDATE private_pairs SET user_lo = e->>2, user_hi = e->>3 \
+                 FROM jsonb_array_elements(CAST($1 AS jsonb)) e \
+                 WHERE private_pairs.user_lo = e->>0 AND private_pairs.user_hi = e->>1"
+            }
+            Dialect::Sqlite => {
+                "UPDATE private_pairs SET user_lo = e.value->>2, user_hi = e.value->>3 \
+                 FROM json_each($1) e \
+                 WHERE private_pairs.user_lo = e.value->>0 AND private_pairs.user_hi = e.value->>1"
+            }
+        })
+        .bind(json(&moved))
         .execute(&mut *conn)
         .await?;
     }

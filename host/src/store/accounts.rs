@@ -313,18 +313,16 @@ pub(crate) async fn rename_account(
         moved.push((lo, hi, new_lo, new_hi));
     }
     if !moved.is_empty() {
-        sqlx::query(match d {
-            Dialect::Postgres => {
-                "UPDATE private_pairs SET user_lo = e->>2, user_hi = e->>3 \
-                 FROM jsonb_array_elements(CAST($1 AS jsonb)) e \
-                 WHERE private_pairs.user_lo = e->>0 AND private_pairs.user_hi = e->>1"
-            }
-            Dialect::Sqlite => {
-                "UPDATE private_pairs SET user_lo = e.value->>2, user_hi = e.value->>3 \
-                 FROM json_each($1) e \
-                 WHERE private_pairs.user_lo = e.value->>0 AND private_pairs.user_hi = e.value->>1"
-            }
-        })
+        let at = |i| super::groups::element(d, i, false);
+        sqlx::query(&format!(
+            "UPDATE private_pairs SET user_lo = {}, user_hi = {} FROM {} \
+             WHERE private_pairs.user_lo = {} AND private_pairs.user_hi = {}",
+            at(2),
+            at(3),
+            super::groups::elements_from(d, "$1"),
+            at(0),
+            at(1)
+        ))
         .bind(json(&moved))
         .execute(&mut *conn)
         .await?;

@@ -438,17 +438,26 @@ pub(super) fn elements(d: Dialect, arg: &str, ints: &[bool]) -> (String, String)
     let columns: Vec<String> = ints
         .iter()
         .enumerate()
-        .map(|(i, int)| match (d, int) {
-            (Dialect::Postgres, true) => format!("CAST(e->>{i} AS BIGINT)"),
-            (Dialect::Postgres, false) => format!("e->>{i}"),
-            (Dialect::Sqlite, _) => format!("e.value->>{i}"),
-        })
+        .map(|(i, int)| element(d, i, *int))
         .collect();
-    let from = match d {
+    (columns.join(", "), elements_from(d, arg))
+}
+
+/// The value at index `i` of a tuple that `elements_from` yields (`int`: as an integer).
+pub(super) fn element(d: Dialect, i: usize, int: bool) -> String {
+    match (d, int) {
+        (Dialect::Postgres, true) => format!("CAST(e->>{i} AS BIGINT)"),
+        (Dialect::Postgres, false) => format!("e->>{i}"),
+        (Dialect::Sqlite, _) => format!("e.value->>{i}"),
+    }
+}
+
+/// The `FROM` item yielding the tuples of the JSON array `arg`, each as `e`.
+pub(super) fn elements_from(d: Dialect, arg: &str) -> String {
+    match d {
         Dialect::Postgres => format!("jsonb_array_elements(CAST({arg} AS jsonb)) e"),
         Dialect::Sqlite => format!("json_each({arg}) e"),
-    };
-    (columns.join(", "), from)
+    }
 }
 
 /// Closes a current membership at `left_at_seq` (the member still sees that seq).

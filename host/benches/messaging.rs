@@ -33,7 +33,10 @@
 //! the kernel accounts interrupt time apart) and its RSS after; each latency run also
 //! prints what else the machine did meanwhile (CPU of other processes and of the kernel's own
 //! threads, iowait, and steal: CPU time the hypervisor gave to another machine, which both
-//! the server and the load generator lost). `BENCH_CALLGRIND=1` runs the server under
+//! the server and the load generator lost), how long the server's, PostgreSQL's and the
+//! load generator's threads waited for a CPU, and on PostgreSQL what its write-ahead log
+//! did (the bytes and syncs, the segment files before and after: one more is a segment
+//! created, not recycled, which holds every commit while it is written; the checkpoints). `BENCH_CALLGRIND=1` runs the server under
 //! valgrind's callgrind (instrumentation on only while a phase is metered) and adds the
 //! server's instructions per delivered message, user space only: a count that does not
 //! move with the machine, where CPU time moves by tens of percent between runs. The server
@@ -1178,6 +1181,10 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         let mut cpus = Vec::new();
         let mut p99s = Vec::new();
         for run in 0..runs {
+            let wal = match out.postgres {
+                true => Some(WalMeter::start(&db.url).await),
+                false => None,
+            };
             let cpu = CpuMeter::start(pid);
             let before = scrape(&server.addr).await;
             let (l, received) =
@@ -1185,13 +1192,25 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             let machine = cpu.machine();
             cpus.push(cpu.per(received));
             let commits = commits_between(&before, &scrape(&server.addr).await);
+            let wal = match wal {
+                Some(wal) => wal.since().await,
+                None => None,
+            };
+            let wal_shown = wal.as_ref().map(|w| format!("; {w}")).unwrap_or_default();
             eprintln!(
-                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits}; {machine})",
+                "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits}; {machine}{wal_shown})",
                 run + 1,
                 l.shown(),
                 l.n
             );
-            shown.push(format!("{} (steal {} ms)", l.shown(), machine.steal_ms));
+            let segments = wal
+                .map(|w| format!(", segment files {} → {}", w.files.0, w.files.1))
+                .unwrap_or_default();
+            shown.push(format!(
+                "{} (steal {} ms{segments})",
+                l.shown(),
+                machine.steal_ms
+            ));
             p99s.push(l.p99);
         }
         if runs > 1 {
@@ -1435,7 +1454,7 @@ fn main() {
         ("tp256", "persistent 1:1, 256 senders, acked msgs/s"),
         (
             "lat",
-            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run; steal: CPU the hypervisor gave elsewhere)",
+            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run; steal: CPU the hypervisor gave elsewhere; segment files: PostgreSQL's `pg_wal` before → after, one more is a segment created)",
         ),
         (
             "pp-stored",

@@ -152,6 +152,8 @@ pub struct CpuMeter {
     own_start: u64,
     /// `machine_ticks()`.
     ticks_start: [u64; 3],
+    /// `run_waits(pid)`.
+    waits_start: [u64; 3],
     /// Under callgrind (`BENCH_CALLGRIND`): where it writes its counts.
     callgrind: Option<std::path::PathBuf>,
 }
@@ -211,6 +213,7 @@ impl CpuMeter {
             db_start: postgres_cpu_micros(),
             own_start: cpu_micros(std::process::id()),
             ticks_start: machine_ticks(),
+            waits_start: run_waits(pid),
             callgrind,
         }
     }
@@ -242,7 +245,11 @@ impl CpuMeter {
         let ours = cpu_micros(self.pid).saturating_sub(self.start[0] + self.start[1])
             + postgres_cpu_micros().saturating_sub(self.db_start)
             + cpu_micros(std::process::id()).saturating_sub(self.own_start);
+        let waits = run_waits(self.pid);
         Machine {
+            waited_ms: std::array::from_fn(|i| {
+                waits[i].saturating_sub(self.waits_start[i]) / 1_000_000
+            }),
             others_ms: (busy.saturating_sub(busy0) * 10_000).saturating_sub(ours) / 1000,
             iowait_ms: iowait.saturating_sub(iowait0) * 10,
             steal_ms: steal.saturating_sub(steal0) * 10,
@@ -293,6 +300,9 @@ fn last_dump_total(dir: &std::path::Path, pid: u32) -> u64 {
 /// CPUs were idle waiting for the disk, and time the hypervisor gave them to another
 /// machine, which both the server and the load generator lost.
 pub struct Machine {
+    /// Time runnable but waiting for a CPU, summed over threads: the server's,
+    /// PostgreSQL's processes' and this load generator's (`/proc/…/schedstat`).
+    pub waited_ms: [u64; 3],
     pub others_ms: u64,
     pub iowait_ms: u64,
     pub steal_ms: u64,
@@ -302,10 +312,42 @@ impl std::fmt::Display for Machine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "others {} ms CPU, iowait {} ms, steal {} ms",
-            self.others_ms, self.iowait_ms, self.steal_ms
+            "others {} ms CPU, iowait {} ms, steal {} ms; waited for a CPU: server {} ms, \
+             PostgreSQL {} ms, load generator {} ms",
+            self.others_ms,
+            self.iowait_ms,
+            self.steal_ms,
+            self.waited_ms[0],
+            self.waited_ms[1],
+            self.waited_ms[2]
         )
     }
+}
+
+/// Time runnable but not running so far, ns, summed over threads (those still alive):
+/// [the server's (`pid`), every `postgres` process's, this load generator's]. The second
+/// field of `/proc/…/schedstat`.
+fn run_waits(pid: u32) -> [u64; 3] {
+    let threads = |pid: u32| -> u64 {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|t| schedstat_wait(&t.path()))
+            .sum()
+    };
+    let postgres: u64 = postgres_pids()
+        .iter()
+        .map(|p| schedstat_wait(std::path::Path::new(&format!("/proc/{p}"))))
+        .sum();
+    [threads(pid), postgres, threads(std::process::id())]
+}
+
+fn schedstat_wait(dir: &std::path::Path) -> u64 {
+    std::fs::read_to_string(dir.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The machine's CPU ticks since boot: [busy (user, nice, system, irq, softirq), iowait,
@@ -325,25 +367,112 @@ fn machine_ticks() -> [u64; 3] {
     [at(0) + at(1) + at(2) + at(5) + at(6), at(4), at(7)]
 }
 
+/// PostgreSQL's write-ahead log over a run, from the bench's own connection: the bytes
+/// written and the syncs (`pg_stat_wal`; their time only where `track_wal_io_timing` is
+/// on), the segment files in `pg_wal` before and after, and the checkpoints between. A file more is a segment PostgreSQL created rather than recycled:
+/// it writes its 16 MB of zeros and syncs them while holding the log's write lock, so
+/// every commit waits for it (ARCHITECTURE.md, Decisions). Reading the folder needs a
+/// superuser or `pg_monitor`; without it there is no figure.
+pub struct WalMeter {
+    url: String,
+    start: Option<WalState>,
+}
+
+impl WalMeter {
+    pub async fn start(url: &str) -> WalMeter {
+        WalMeter {
+            url: url.to_string(),
+            start: wal_state(url).await,
+        }
+    }
+
+    /// What the log did since `start`, or `None` without the figures.
+    pub async fn since(&self) -> Option<Wal> {
+        let start = self.start?;
+        let now = wal_state(&self.url).await?;
+        Some(Wal {
+            bytes: now.bytes - start.bytes,
+            syncs: now.syncs - start.syncs,
+            sync_ms: now.sync_ms - start.sync_ms,
+            files: (start.files, now.files),
+            checkpoints: now.checkpoints - start.checkpoints,
+        })
+    }
+}
+
+/// What PostgreSQL's write-ahead log did over a run (`WalMeter`).
+pub struct Wal {
+    pub bytes: i64,
+    pub syncs: i64,
+    /// The syncs' time, 0 where `track_wal_io_timing` is off.
+    pub sync_ms: f64,
+    /// Segment files in `pg_wal` before and after.
+    pub files: (i64, i64),
+    pub checkpoints: i64,
+}
+
+impl std::fmt::Display for Wal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "WAL {:.1} MB, {} syncs",
+            self.bytes as f64 / 1e6,
+            self.syncs
+        )?;
+        if self.sync_ms > 0.0 {
+            write!(
+                f,
+                " ({:.0} ms, {:.2} ms each)",
+                self.sync_ms,
+                self.sync_ms / self.syncs.max(1) as f64
+            )?;
+        }
+        write!(
+            f,
+            ", segment files {} → {}, {} checkpoints",
+            self.files.0, self.files.1, self.checkpoints
+        )
+    }
+}
+
+#[derive(Clone, Copy)]
+struct WalState {
+    bytes: i64,
+    syncs: i64,
+    sync_ms: f64,
+    files: i64,
+    checkpoints: i64,
+}
+
+async fn wal_state(url: &str) -> Option<WalState> {
+    use sqlx::{Connection as _, Row as _};
+    let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
+    let row = sqlx::query(
+        "SELECT CAST(wal_bytes AS BIGINT), wal_sync, wal_sync_time, \
+         (SELECT count(*) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'), \
+         (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) FROM pg_stat_wal",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .ok()?;
+    Some(WalState {
+        bytes: row.try_get(0).ok()?,
+        syncs: row.try_get(1).ok()?,
+        sync_ms: row.try_get(2).ok()?,
+        files: row.try_get(3).ok()?,
+        checkpoints: row.try_get(4).ok()?,
+    })
+}
+
 /// CPU used by every `postgres` process on this machine, with the children they reaped
 /// (connections that ended), µs.
 pub fn postgres_cpu_micros() -> u64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let mut total = 0;
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let Some((comm, rest)) = stat.rsplit_once(')') else {
+    for pid in postgres_pids() {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
-        if !comm.ends_with("(postgres") {
-            continue;
-        }
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // utime, stime, cutime, cstime: fields 14–17, in ticks of 10 ms.
         total += (11..15)
@@ -352,6 +481,21 @@ pub fn postgres_cpu_micros() -> u64 {
             * 10_000;
     }
     total
+}
+
+/// Every `postgres` process on this machine.
+fn postgres_pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let (comm, _) = stat.rsplit_once(')')?;
+            comm.ends_with("(postgres").then_some(pid)
+        })
+        .collect()
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -792,6 +792,7 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             "[{name}] {key}: {OFFLINE_USERS} users with push tokens in {:.1} s",
             made.elapsed().as_secs_f64()
         );
+        analyze_without_autovacuum(&db.url, name).await;
         // Each recipient's first message (a new conversation), then the steady load.
         let per_sender = OFFLINE_USERS.div_ceil(16) as u64;
         let cpu = CpuMeter::start(pid);
@@ -978,6 +979,7 @@ async fn mega_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out
         cpu,
     );
 
+    analyze_without_autovacuum(&db.url, name).await;
     // 3. Pull and overview: a member of the last add batch of the big group (it sees that
     // batch's tip and the texts) against a member of the small group (the created tip and
     // as many texts).

@@ -367,6 +367,36 @@ fn machine_ticks() -> [u64; 3] {
     [at(0) + at(1) + at(2) + at(5) + at(6), at(4), at(7)]
 }
 
+/// What autovacuum would have done by now on a PostgreSQL where it is off: the database's
+/// statistics brought up to date (`ANALYZE`), so the planner plans as on a server that
+/// keeps them (an operator's default). Nothing where autovacuum is on, or on SQLite.
+pub async fn analyze_without_autovacuum(url: &str, name: &str) {
+    use sqlx::{Connection as _, Row as _};
+    if !url.starts_with("postgres") {
+        return;
+    }
+    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
+        return;
+    };
+    let on = sqlx::query("SHOW autovacuum")
+        .fetch_one(&mut conn)
+        .await
+        .ok()
+        .and_then(|r| r.try_get::<String, _>(0).ok());
+    if on.as_deref() != Some("off") {
+        return;
+    }
+    let t = std::time::Instant::now();
+    sqlx::raw_sql("ANALYZE")
+        .execute(&mut conn)
+        .await
+        .expect("ANALYZE the bench's database");
+    eprintln!(
+        "[{name}] autovacuum is off on this PostgreSQL: the tables analyzed ({:.0} ms), as it would have",
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+}
+
 /// PostgreSQL's write-ahead log over a run, from the bench's own connection: the bytes
 /// written and the syncs (`pg_stat_wal`; their time only where `track_wal_io_timing` is
 /// on), the segment files in `pg_wal` before and after, and the checkpoints between. A file more is a segment PostgreSQL created rather than recycled:

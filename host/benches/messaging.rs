@@ -35,8 +35,10 @@
 //! threads, iowait, and steal: CPU time the hypervisor gave to another machine, which both
 //! the server and the load generator lost), how long the server's, PostgreSQL's and the
 //! load generator's threads waited for a CPU, and on PostgreSQL what its write-ahead log
-//! did (the bytes and syncs, the segment files before and after: one more is a segment
-//! created, not recycled, which holds every commit while it is written; the checkpoints). `BENCH_CALLGRIND=1` runs the server under
+//! did (the bytes and syncs, the segment files before and after, the checkpoints: with
+//! none, one file more is a segment created, not recycled, which holds every commit while
+//! it is written). Where PostgreSQL's autovacuum is off, the tables are analyzed after the
+//! `mega` and `offline` phases' setup, as autovacuum would soon after. `BENCH_CALLGRIND=1` runs the server under
 //! valgrind's callgrind (instrumentation on only while a phase is metered) and adds the
 //! server's instructions per delivered message, user space only: a count that does not
 //! move with the machine, where CPU time moves by tens of percent between runs. The server
@@ -1206,7 +1208,12 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
                 l.n
             );
             let segments = wal
-                .map(|w| format!(", segment files {} → {}", w.files.0, w.files.1))
+                .map(|w| {
+                    format!(
+                        ", segment files {} → {}, {} checkpoints",
+                        w.files.0, w.files.1, w.checkpoints
+                    )
+                })
                 .unwrap_or_default();
             shown.push(format!(
                 "{} (steal {} ms{segments})",
@@ -1456,7 +1463,7 @@ fn main() {
         ("tp256", "persistent 1:1, 256 senders, acked msgs/s"),
         (
             "lat",
-            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run; steal: CPU the hypervisor gave elsewhere; segment files: PostgreSQL's `pg_wal` before → after, one more is a segment created)",
+            "send → push latency at 5,000 msgs/s, p50 / p99 / p999 (each run; steal: CPU the hypervisor gave elsewhere; segment files: PostgreSQL's `pg_wal` before → after, one more with no checkpoint is a segment created)",
         ),
         (
             "pp-stored",

@@ -153,7 +153,7 @@ pub struct CpuMeter {
     /// `machine_ticks()`.
     ticks_start: [u64; 3],
     /// `run_waits(pid)`.
-    waits_start: [u64; 3],
+    waits_start: HashMap<u32, (usize, u64)>,
     /// Under callgrind (`BENCH_CALLGRIND`): where it writes its counts.
     callgrind: Option<std::path::PathBuf>,
 }
@@ -245,11 +245,8 @@ impl CpuMeter {
         let ours = cpu_micros(self.pid).saturating_sub(self.start[0] + self.start[1])
             + postgres_cpu_micros().saturating_sub(self.db_start)
             + cpu_micros(std::process::id()).saturating_sub(self.own_start);
-        let waits = run_waits(self.pid);
         Machine {
-            waited_ms: std::array::from_fn(|i| {
-                waits[i].saturating_sub(self.waits_start[i]) / 1_000_000
-            }),
+            waited_ms: waited_ms(&self.waits_start, &run_waits(self.pid)),
             others_ms: (busy.saturating_sub(busy0) * 10_000).saturating_sub(ours) / 1000,
             iowait_ms: iowait.saturating_sub(iowait0) * 10,
             steal_ms: steal.saturating_sub(steal0) * 10,
@@ -300,8 +297,8 @@ fn last_dump_total(dir: &std::path::Path, pid: u32) -> u64 {
 /// CPUs were idle waiting for the disk, and time the hypervisor gave them to another
 /// machine, which both the server and the load generator lost.
 pub struct Machine {
-    /// Time runnable but waiting for a CPU, summed over threads: the server's,
-    /// PostgreSQL's processes' and this load generator's (`/proc/…/schedstat`).
+    /// Time runnable but waiting for a CPU, summed over the threads alive at the end: the
+    /// server's, PostgreSQL's processes' and this load generator's (`waited_ms`).
     pub waited_ms: [u64; 3],
     pub others_ms: u64,
     pub iowait_ms: u64,
@@ -324,23 +321,40 @@ impl std::fmt::Display for Machine {
     }
 }
 
-/// Time runnable but not running so far, ns, summed over threads (those still alive):
-/// [the server's (`pid`), every `postgres` process's, this load generator's]. The second
-/// field of `/proc/…/schedstat`.
-fn run_waits(pid: u32) -> [u64; 3] {
-    let threads = |pid: u32| -> u64 {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
+/// Each thread's time runnable but not running so far, ns (the second field of
+/// `/proc/…/schedstat`), by thread id, with whose it is: 0 the server's (`pid`), 1 a
+/// `postgres` process's, 2 this load generator's.
+fn run_waits(pid: u32) -> HashMap<u32, (usize, u64)> {
+    let mut waits = HashMap::new();
+    let mut threads = |pid: u32, whose: usize| {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten()
             .flatten()
-            .map(|t| schedstat_wait(&t.path()))
-            .sum()
+        {
+            if let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) {
+                waits.insert(tid, (whose, schedstat_wait(&t.path())));
+            }
+        }
     };
-    let postgres: u64 = postgres_pids()
-        .iter()
-        .map(|p| schedstat_wait(std::path::Path::new(&format!("/proc/{p}"))))
-        .sum();
-    [threads(pid), postgres, threads(std::process::id())]
+    threads(pid, 0);
+    for p in postgres_pids() {
+        threads(p, 1);
+    }
+    threads(std::process::id(), 2);
+    waits
+}
+
+/// What the threads alive at the end of a span waited for a CPU within it, ms, summed by
+/// whose they are (`run_waits`): a thread that ended meanwhile is not counted, one that
+/// began is counted whole.
+fn waited_ms(start: &HashMap<u32, (usize, u64)>, end: &HashMap<u32, (usize, u64)>) -> [u64; 3] {
+    let mut sums = [0u64; 3];
+    for (tid, (whose, ns)) in end {
+        let before = start.get(tid).map_or(0, |(_, ns)| *ns);
+        sums[*whose] += ns.saturating_sub(before);
+    }
+    sums.map(|ns| ns / 1_000_000)
 }
 
 fn schedstat_wait(dir: &std::path::Path) -> u64 {
@@ -367,9 +381,10 @@ fn machine_ticks() -> [u64; 3] {
     [at(0) + at(1) + at(2) + at(5) + at(6), at(4), at(7)]
 }
 
-/// What autovacuum would have done by now on a PostgreSQL where it is off: the database's
-/// statistics brought up to date (`ANALYZE`), so the planner plans as on a server that
-/// keeps them (an operator's default). Nothing where autovacuum is on, or on SQLite.
+/// What autovacuum would do soon after a phase's setup, on a PostgreSQL where it is off:
+/// the database's statistics brought up to date (`ANALYZE`), so the planner plans as on a
+/// server that keeps them (PostgreSQL's default). Nothing where autovacuum is on, or on
+/// SQLite.
 pub async fn analyze_without_autovacuum(url: &str, name: &str) {
     use sqlx::{Connection as _, Row as _};
     if !url.starts_with("postgres") {
@@ -392,17 +407,21 @@ pub async fn analyze_without_autovacuum(url: &str, name: &str) {
         .await
         .expect("ANALYZE the bench's database");
     eprintln!(
-        "[{name}] autovacuum is off on this PostgreSQL: the tables analyzed ({:.0} ms), as it would have",
+        "[{name}] autovacuum is off on this PostgreSQL: the tables analyzed ({:.0} ms), as it would soon",
         t.elapsed().as_secs_f64() * 1000.0
     );
 }
 
 /// PostgreSQL's write-ahead log over a run, from the bench's own connection: the bytes
-/// written and the syncs (`pg_stat_wal`; their time only where `track_wal_io_timing` is
-/// on), the segment files in `pg_wal` before and after, and the checkpoints between. A file more is a segment PostgreSQL created rather than recycled:
-/// it writes its 16 MB of zeros and syncs them while holding the log's write lock, so
-/// every commit waits for it (ARCHITECTURE.md, Decisions). Reading the folder needs a
-/// superuser or `pg_monitor`; without it there is no figure.
+/// written (the distance the log's insert position moved), the syncs (`pg_stat_wal`,
+/// which backends report up to a second late, so a run's last syncs may count in the
+/// next; their time only where `track_wal_io_timing` is on), the segment files in
+/// `pg_wal` before and after, and the checkpoints between. With no checkpoint between, a
+/// file more is a segment PostgreSQL created rather than recycled: it writes the
+/// segment's zeros and syncs them while holding the log's write lock, so every commit
+/// waits for it (ARCHITECTURE.md, Decisions); a checkpoint removes and recycles files.
+/// The statement reads PostgreSQL 14–16's statistics views, and the folder needs a
+/// superuser or `pg_monitor`: elsewhere there is no figure.
 pub struct WalMeter {
     url: String,
     start: Option<WalState>,
@@ -478,7 +497,8 @@ async fn wal_state(url: &str) -> Option<WalState> {
     use sqlx::{Connection as _, Row as _};
     let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
     let row = sqlx::query(
-        "SELECT CAST(wal_bytes AS BIGINT), wal_sync, wal_sync_time, \
+        "SELECT CAST(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') AS BIGINT), \
+         wal_sync, wal_sync_time, \
          (SELECT count(*) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'), \
          (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) FROM pg_stat_wal",
     )

@@ -1185,10 +1185,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         let mut cpus = Vec::new();
         let mut p99s = Vec::new();
         for run in 0..runs {
-            let wal = match out.postgres {
-                true => Some(WalMeter::start(&db.url).await),
-                false => None,
-            };
+            let wal = WalMeter::start(&db.url).await;
             let cpu = CpuMeter::start(pid);
             let before = scrape(&server.addr).await;
             let (l, received) =
@@ -1196,10 +1193,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
             let machine = cpu.machine();
             cpus.push(cpu.per(received));
             let commits = commits_between(&before, &scrape(&server.addr).await);
-            let wal = match wal {
-                Some(wal) => wal.since().await,
-                None => None,
-            };
+            let wal = wal.since().await;
             let wal_shown = wal.as_ref().map(|w| format!("; {w}")).unwrap_or_default();
             eprintln!(
                 "[{name}] latency at 5000 msgs/s, run {}: {} ({} samples; {commits}; {machine}{wal_shown})",
@@ -1208,12 +1202,7 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
                 l.n
             );
             let segments = wal
-                .map(|w| {
-                    format!(
-                        ", segment files {} → {}, {} checkpoints",
-                        w.files.0, w.files.1, w.checkpoints
-                    )
-                })
+                .map(|w| format!(", {}", w.segments()))
                 .unwrap_or_default();
             shown.push(format!(
                 "{} (steal {} ms{segments})",

@@ -386,11 +386,8 @@ fn machine_ticks() -> [u64; 3] {
 /// server that keeps them (PostgreSQL's default). Nothing where autovacuum is on, or on
 /// SQLite.
 pub async fn analyze_without_autovacuum(url: &str, name: &str) {
-    use sqlx::{Connection as _, Row as _};
-    if !url.starts_with("postgres") {
-        return;
-    }
-    let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
+    use sqlx::Row as _;
+    let Some(mut conn) = postgres(url).await else {
         return;
     };
     let on = sqlx::query("SHOW autovacuum")
@@ -421,7 +418,7 @@ pub async fn analyze_without_autovacuum(url: &str, name: &str) {
 /// segment's zeros and syncs them while holding the log's write lock, so every commit
 /// waits for it (ARCHITECTURE.md, Decisions); a checkpoint removes and recycles files.
 /// The statement reads PostgreSQL 14–16's statistics views, and the folder needs a
-/// superuser or `pg_monitor`: elsewhere there is no figure.
+/// superuser or `pg_monitor`: elsewhere, and on SQLite, there is no figure.
 pub struct WalMeter {
     url: String,
     start: Option<WalState>,
@@ -476,9 +473,15 @@ impl std::fmt::Display for Wal {
                 self.sync_ms / self.syncs.max(1) as f64
             )?;
         }
-        write!(
-            f,
-            ", segment files {} → {}, {} checkpoints",
+        write!(f, ", {}", self.segments())
+    }
+}
+
+impl Wal {
+    /// `segment files 5 → 6, 0 checkpoints`.
+    pub fn segments(&self) -> String {
+        format!(
+            "segment files {} → {}, {} checkpoints",
             self.files.0, self.files.1, self.checkpoints
         )
     }
@@ -493,9 +496,19 @@ struct WalState {
     checkpoints: i64,
 }
 
+/// A connection of the bench's own to the database at `url`, if it is a PostgreSQL one
+/// that answers.
+async fn postgres(url: &str) -> Option<sqlx::PgConnection> {
+    use sqlx::Connection as _;
+    if !url.starts_with("postgres") {
+        return None;
+    }
+    sqlx::PgConnection::connect(url).await.ok()
+}
+
 async fn wal_state(url: &str) -> Option<WalState> {
-    use sqlx::{Connection as _, Row as _};
-    let mut conn = sqlx::PgConnection::connect(url).await.ok()?;
+    use sqlx::Row as _;
+    let mut conn = postgres(url).await?;
     let row = sqlx::query(
         "SELECT CAST(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') AS BIGINT), \
          wal_sync, wal_sync_time, \

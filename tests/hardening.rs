@@ -1,16 +1,20 @@
 //! Slow, idle and hostile clients against the real binary on loopback: stalled and idle
 //! HTTP connections, connection caps, bodies left unread, the WebSocket closing handshake,
-//! slow readers held to a byte budget, bounded password hashing and the login limits.
-//! These are properties of the HTTP and WebSocket layers, not of the database: SQLite.
+//! slow readers held to a byte budget, bounded password hashing and the login limits
+//! (properties of the HTTP and WebSocket layers, not of the database: SQLite); and a
+//! PostgreSQL that drops every connection mid-burst, or stops answering on them.
 
 #[macro_use]
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use common::server::{
-    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, peer, send_ok, setup, text,
+    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, peer, send_err, send_ok, setup, text,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1296,6 +1300,154 @@ async fn a_database_blip_mid_burst_is_invisible_to_senders() {
         "terminated {} connections mid-burst; {} acks, no errors",
         terminated.len(),
         acks.len()
+    );
+}
+
+/// A relay to PostgreSQL that can go silent, as a database does whose machine lost power
+/// or whose network drops packets without a reset: its connections stay open, and nothing
+/// sent on them is answered.
+struct SilentRelay {
+    addr: SocketAddr,
+    /// Whether connections opened from now on are silent.
+    silent: Arc<AtomicBool>,
+    /// Each connection's own switch.
+    links: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>>,
+}
+
+impl SilentRelay {
+    async fn start(target: String) -> SilentRelay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let silent = Arc::new(AtomicBool::new(false));
+        let links: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>> = Arc::default();
+        let (new_silent, all) = (silent.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let mute = Arc::new(AtomicBool::new(new_silent.load(SeqCst)));
+                all.lock().unwrap().push(mute.clone());
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let (from_client, to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
+                    tokio::join!(
+                        relay(from_client, to_server, mute.clone()),
+                        relay(from_server, to_client, mute)
+                    );
+                });
+            }
+        });
+        SilentRelay {
+            addr,
+            silent,
+            links,
+        }
+    }
+
+    /// Every connection, open or opened from now on, goes silent.
+    fn silence(&self) {
+        self.silent.store(true, SeqCst);
+        for mute in self.links.lock().unwrap().iter() {
+            mute.store(true, SeqCst);
+        }
+    }
+
+    /// New connections are answered again; those that went silent stay so.
+    fn answer_new_connections(&self) {
+        self.silent.store(false, SeqCst);
+    }
+}
+
+/// Copies one direction of a relayed connection until it goes silent: then what it reads
+/// is dropped and both ends are held open, unanswered.
+async fn relay(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mute: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if mute.load(SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// PostgreSQL stops answering without closing its connections: a send is answered
+/// `store_unavailable` and a pull `503 store_unavailable` by the deadline, the connection
+/// stays open, and once the database answers new connections the resend is stored, once,
+/// in order with the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_stops_answering_is_answered_for_by_the_deadline() {
+    let test = "a_database_that_stops_answering_is_answered_for_by_the_deadline";
+    let Some(b) = Backend::postgres(test) else {
+        return;
+    };
+    let mut db = Db::new(&b, "pg-silent").await;
+    let (scheme, rest) = db.url.split_once("://").unwrap();
+    let authority = rest.split('/').next().unwrap();
+    let host = authority.rsplit('@').next().unwrap();
+    let target = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:5432")
+    };
+    let relay = SilentRelay::start(target).await;
+    let at = authority.replacen(host, &relay.addr.to_string(), 1);
+    db.url = format!("{scheme}://{at}/{}", rest.split_once('/').unwrap().1);
+    let s = Server::start_with(&db, "answer_timeout_secs = 1", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let mut ws = s.connect(&alice, "phone").await;
+    let first = send_ok(&mut ws, text("1", "c1", peer("bob"), "before")).await;
+    let conversation = first["conversationId"].as_i64().unwrap();
+
+    relay.silence();
+    let refused = send_err(&mut ws, text("2", "c2", peer("bob"), "during")).await;
+    assert_eq!(refused["code"], "store_unavailable", "{refused}");
+    let path = format!("/v1/conversations/{conversation}/messages?afterSeq=0");
+    let (status, pulled) = s.http("GET", &path, Some(&bob.token), None).await;
+    assert_eq!(
+        (status, pulled["error"]["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{pulled}"
+    );
+
+    relay.answer_new_connections();
+    let resent = send_ok(&mut ws, text("3", "c2", peer("bob"), "during")).await;
+    let last = send_ok(&mut ws, text("4", "c3", peer("bob"), "after")).await;
+    let texts: Vec<(i64, String)> = s
+        .pull_all(&bob, conversation)
+        .await
+        .iter()
+        .map(|m| {
+            (
+                m["seq"].as_i64().unwrap(),
+                m["payload"]["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (1, "before".into()),
+            (2, "during".into()),
+            (3, "after".into())
+        ],
+        "acks: {first} {resent} {last}"
+    );
+    assert_eq!(
+        (resent["seq"].as_i64(), last["seq"].as_i64()),
+        (Some(2), Some(3))
     );
 }
 

@@ -97,6 +97,10 @@ pub struct StorageConfig {
     /// Committers on PostgreSQL, each owning a share of the conversations (SQLite has one
     /// writer and always uses one).
     pub committers: usize,
+    /// PostgreSQL: how long an answer from the database is waited for (a statement, a
+    /// commit batch's attempt, a connection from the pool) before the connection is taken
+    /// for dead and the work fails with `store_unavailable`.
+    pub answer_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -360,6 +364,7 @@ impl Default for StorageConfig {
             max_connections: 8,
             batch_max: 4096,
             committers: 2,
+            answer_timeout_secs: 10,
         }
     }
 }
@@ -572,6 +577,11 @@ impl Config {
         if self.storage.max_connections == 0 || !(1..=16384).contains(&self.storage.batch_max) {
             return Err(ConfigError::Check(
                 "storage.max_connections must be positive and storage.batch_max 1..=16384".into(),
+            ));
+        }
+        if !(1..=3600).contains(&self.storage.answer_timeout_secs) {
+            return Err(ConfigError::Check(
+                "storage.answer_timeout_secs must be between 1 and 3600".into(),
             ));
         }
         if let Some(secret) = &self.auth.jwt_secret

@@ -228,14 +228,25 @@ impl Core {
             (e2e.signed_prekey_grace_secs as i64).saturating_mul(1000),
         );
         let d = self.store.dialect();
-        let mut tx = self.store.write().begin().await.map_err(unavailable)?;
-        let state = q::upload(d, &mut tx, user_id, device_id, &upload, limits, now_ms())
+        let uploaded = self.store.answered(async {
+            let mut tx = self.store.write().begin().await?;
+            let state =
+                q::upload(d, &mut tx, user_id, device_id, &upload, limits, now_ms()).await?;
+            match state {
+                Ok(_) => tx.commit().await?,
+                Err(_) => {
+                    let _ = tx.rollback().await;
+                }
+            }
+            Ok::<_, sqlx::Error>(state)
+        });
+        let state = match uploaded
             .await
-            .map_err(unavailable)?;
-        let state = match state {
+            .and_then(|state| state)
+            .map_err(unavailable)?
+        {
             Ok(s) => s,
             Err(refused) => {
-                let _ = tx.rollback().await;
                 return Err(match refused {
                     UploadRefused::IdentityChanged => Error::new(
                         Code::IdentityKeyChanged,
@@ -258,7 +269,6 @@ impl Core {
                 });
             }
         };
-        tx.commit().await.map_err(unavailable)?;
         self.keys_status(user_id, device_id).await.map(|mut s| {
             s.one_time_prekeys = state.one_time_prekeys;
             s

@@ -210,9 +210,8 @@ async fn attempt(
     ctx: &BatchContext<'_>,
     remembered: Option<Decided>,
 ) -> Result<(Vec<Outcome>, Decided), BatchError> {
-    let tx = store.begin_batch(writer, remembered.is_none()).await;
-    let result = async {
-        let mut tx = tx?;
+    let work = async {
+        let mut tx = store.begin_batch(writer, remembered.is_none()).await?;
         match run(store.dialect(), &mut tx, ops, ctx, remembered).await {
             Ok((outcomes, decided, committed)) => {
                 tx.finish(committed).await.map_err(committing)?;
@@ -227,8 +226,17 @@ async fn attempt(
                 Err(e)
             }
         }
-    }
-    .await;
+    };
+    // PostgreSQL: a connection that stops answering fails the attempt by the deadline,
+    // and is closed. Whether its commit was made is not known (`BrokenInCommit`): the
+    // batch may run again, where resends find what it stored.
+    let result = match store.answered(work).await {
+        Ok(result) => result,
+        Err(silent) => {
+            writer.close();
+            Err(BatchError::BrokenInCommit(silent))
+        }
+    };
     result.inspect_err(|e: &BatchError| {
         if let Some(e) = e.source_error() {
             store.note(e);

@@ -125,7 +125,12 @@ impl Core {
                 let (value, c) = body(c).await?;
                 Ok::<_, OpError>((value, c.commit().await?))
             };
-            match once.await {
+            // No answer by the deadline: whether its COMMIT was made is not known.
+            let outcome = match self.store.answered(once).await {
+                Ok(outcome) => outcome,
+                Err(silent) => Err(OpError::Db(BatchError::BrokenInCommit(silent))),
+            };
+            match outcome {
                 Ok((value, effects)) => {
                     self.publish(effects);
                     return Ok(value);

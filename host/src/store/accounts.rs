@@ -131,22 +131,25 @@ impl Store {
         token_id: &str,
         expires_at: i64,
     ) -> sqlx::Result<()> {
-        let mut tx = self.write().begin().await?;
-        sqlx::query(
-            "INSERT INTO revoked_tokens (token_id, user_id, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (token_id) DO NOTHING",
-        )
-        .bind(token_id)
-        .bind(user_id)
-        .bind(expires_at)
-        .execute(&mut *tx)
-        .await?;
-        // Past its exp (and the clock leeway) a token is refused anyway.
-        sqlx::query("DELETE FROM revoked_tokens WHERE expires_at < $1")
-            .bind(now_ms() / 1000 - 3600)
+        self.answered(async {
+            let mut tx = self.write().begin().await?;
+            sqlx::query(
+                "INSERT INTO revoked_tokens (token_id, user_id, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (token_id) DO NOTHING",
+            )
+            .bind(token_id)
+            .bind(user_id)
+            .bind(expires_at)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await
+            // Past its exp (and the clock leeway) a token is refused anyway.
+            sqlx::query("DELETE FROM revoked_tokens WHERE expires_at < $1")
+                .bind(now_ms() / 1000 - 3600)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        })
+        .await?
     }
 
     /// Refuses every token of the user issued before `valid_from` (Unix seconds), and every

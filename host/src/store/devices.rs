@@ -193,29 +193,32 @@ impl Store {
         device_id: &str,
         now: i64,
     ) -> sqlx::Result<bool> {
-        let mut tx = self.write().begin().await?;
-        let done = sqlx::query(
-            "UPDATE devices SET removed_at = $3, push_provider = NULL, push_token = NULL \
-             WHERE user_id = $1 AND device_id = $2 AND removed_at IS NULL",
-        )
-        .bind(user_id)
-        .bind(device_id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            for table in DEVICE_STATE {
-                sqlx::query(&format!(
-                    "DELETE FROM {table} WHERE user_id = $1 AND device_id = $2"
-                ))
-                .bind(user_id)
-                .bind(device_id)
-                .execute(&mut *tx)
-                .await?;
+        self.answered(async {
+            let mut tx = self.write().begin().await?;
+            let done = sqlx::query(
+                "UPDATE devices SET removed_at = $3, push_provider = NULL, push_token = NULL \
+                 WHERE user_id = $1 AND device_id = $2 AND removed_at IS NULL",
+            )
+            .bind(user_id)
+            .bind(device_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 1 {
+                for table in DEVICE_STATE {
+                    sqlx::query(&format!(
+                        "DELETE FROM {table} WHERE user_id = $1 AND device_id = $2"
+                    ))
+                    .bind(user_id)
+                    .bind(device_id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
             }
-        }
-        tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+        .await?
     }
 
     /// Sets (or with `None` clears) a device's push token; `false` if the device is not

@@ -650,8 +650,11 @@ pub async fn pending_join_requests_in(
 
 impl Store {
     pub async fn group(&self, conversation_id: i64) -> sqlx::Result<Option<Group>> {
-        let mut conn = self.read().acquire().await?;
-        group_in(&mut conn, conversation_id).await
+        self.answered(async {
+            let mut conn = self.read().acquire().await?;
+            group_in(&mut conn, conversation_id).await
+        })
+        .await?
     }
 
     /// The user's membership row of a conversation.
@@ -660,12 +663,15 @@ impl Store {
         conversation_id: i64,
         user_id: &str,
     ) -> sqlx::Result<Option<Member>> {
-        let mut conn = self.read().acquire().await?;
-        Ok(
-            members_in(self.dialect(), &mut conn, conversation_id, &[user_id])
-                .await?
-                .remove(user_id),
-        )
+        self.answered(async {
+            let mut conn = self.read().acquire().await?;
+            Ok(
+                members_in(self.dialect(), &mut conn, conversation_id, &[user_id])
+                    .await?
+                    .remove(user_id),
+            )
+        })
+        .await?
     }
 
     /// Every group and channel the user is or was in, most recently changed first.
@@ -709,7 +715,10 @@ impl Store {
         &self,
         conversation_id: i64,
     ) -> sqlx::Result<Vec<JoinRequest>> {
-        let mut conn = self.read().acquire().await?;
-        pending_join_requests_in(&mut conn, conversation_id).await
+        self.answered(async {
+            let mut conn = self.read().acquire().await?;
+            pending_join_requests_in(&mut conn, conversation_id).await
+        })
+        .await?
     }
 }

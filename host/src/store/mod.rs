@@ -143,6 +143,12 @@ impl Writer {
     pub fn release(&mut self) {
         self.sqlite = None;
     }
+
+    /// Closes PostgreSQL's connection, one whose answer did not come (`Store::answered`):
+    /// the next batch opens another. (Closing rolls back whatever it had begun.)
+    pub fn close(&mut self) {
+        self.postgres = None;
+    }
 }
 
 /// The writers other than the committer waiting for SQLite's one writer connection
@@ -267,27 +273,34 @@ impl Drop for BatchTx<'_> {
 /// server terminating every connection reaches them one after another, so one that answers
 /// a ping now may be cut a moment later. So every pooled connection opened before the
 /// break is closed as it leaves the pool, and for a while the newer ones are pinged.
+///
+/// A connection can also go silent: the database's machine lost power, or the network
+/// between dropped it without a reset. Nothing then ends the wait for an answer, so on
+/// PostgreSQL every wait has a deadline (`storage.answer_timeout_secs`, `answered`): a
+/// statement not answered by then fails as if its connection broke, and is noted so.
 #[derive(Debug)]
 pub struct Health {
     /// What `broken_at_us` counts from.
     origin: std::time::Instant,
     /// When the last broken connection was found, in µs since `origin` (0: never).
     broken_at_us: AtomicU64,
+    /// How long an answer is waited for (PostgreSQL); `None`: as long as it takes (SQLite,
+    /// whose statements wait for a disk, not a network).
+    answer: Option<Duration>,
 }
 
 /// How long connections are pinged before use after one was found broken.
 const SUSPECT: Duration = Duration::from_secs(5);
 
-impl Default for Health {
-    fn default() -> Health {
+impl Health {
+    fn new(answer: Option<Duration>) -> Health {
         Health {
             origin: std::time::Instant::now(),
             broken_at_us: AtomicU64::new(0),
+            answer,
         }
     }
-}
 
-impl Health {
     /// Notes a failed statement: a broken connection retires every pooled connection
     /// opened before it.
     pub fn note(&self, e: &sqlx::Error) {
@@ -305,17 +318,48 @@ impl Health {
         }
     }
 
+    /// Whether a connection `age` old was opened before the last break.
+    fn opened_before_break(&self, age: Duration) -> bool {
+        self.broken_at()
+            .is_some_and(|broken_at| self.origin.elapsed().saturating_sub(age) <= broken_at)
+    }
+
     /// Whether a pooled connection `age` old may be used: not if it was opened before the
     /// last break; pinged if the break was recent.
     async fn usable(&self, conn: &mut sqlx::AnyConnection, age: Duration) -> bool {
         let Some(broken_at) = self.broken_at() else {
             return true;
         };
-        let now = self.origin.elapsed();
-        if now.saturating_sub(age) <= broken_at {
+        if self.opened_before_break(age) {
             return false;
         }
-        now - broken_at > SUSPECT || conn.ping().await.is_ok()
+        self.origin.elapsed() - broken_at > SUSPECT || conn.ping().await.is_ok()
+    }
+
+    /// `work`'s output, or, when the database has not answered within the deadline, an
+    /// I/O error (`TimedOut`) noted as a break. The break is noted before `work` is
+    /// dropped: a pooled connection it held goes back to the pool then, and one opened
+    /// before the break is closed there rather than pinged (a ping on a silent
+    /// connection would wait for ever, holding its place in the pool).
+    pub async fn answered<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
+        let Some(deadline) = self.answer else {
+            return Ok(work.await);
+        };
+        let mut work = std::pin::pin!(work);
+        tokio::select! {
+            out = &mut work => Ok(out),
+            () = tokio::time::sleep(deadline) => Err(self.missed(deadline)),
+        }
+    }
+
+    /// The error of an answer not had within `deadline`, noted as a break.
+    fn missed(&self, deadline: Duration) -> sqlx::Error {
+        let e = sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the database did not answer within {deadline:?}"),
+        ));
+        self.note(&e);
+        e
     }
 }
 
@@ -392,9 +436,24 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
     {
         let health = self.health;
         let asking = self.ask();
-        self.pool
-            .fetch_many(query)
-            .inspect_err(move |e| health.note(e))
+        let rows = self.pool.fetch_many(query);
+        // The whole answer under the deadline (one timer, not one a row); the stream ends
+        // with a miss.
+        let rows = match health.answer {
+            None => rows,
+            Some(answer) => {
+                let deadline = Box::pin(tokio::time::sleep(answer));
+                futures_util::stream::unfold(Some((rows, deadline)), move |state| async move {
+                    let (mut rows, mut deadline) = state?;
+                    tokio::select! {
+                        next = rows.next() => next.map(|r| (r, Some((rows, deadline)))),
+                        () = &mut deadline => Some((Err(health.missed(answer)), None)),
+                    }
+                })
+                .boxed()
+            }
+        };
+        rows.inspect_err(move |e| health.note(e))
             .map(move |r| {
                 let _asking = &asking;
                 r
@@ -409,8 +468,9 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
     {
         let health = self.health;
         self.asking(
-            self.pool
-                .fetch_optional(query)
+            health
+                .answered(self.pool.fetch_optional(query))
+                .map(Result::flatten)
                 .inspect_err(move |e| health.note(e))
                 .boxed(),
         )
@@ -439,7 +499,10 @@ impl Store {
     /// Opens (creating a SQLite file if missing) and migrates the database.
     pub async fn open(cfg: &StorageConfig) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
-        let health = Arc::new(Health::default());
+        let answer = Duration::from_secs(cfg.answer_timeout_secs);
+        let health = Arc::new(Health::new(
+            (!cfg.url.starts_with("sqlite:")).then_some(answer),
+        ));
         let open_err = |source| StoreError::Open {
             url: redact(&cfg.url),
             source,
@@ -508,7 +571,7 @@ impl Store {
             // Once a connection is found broken, those opened before are closed and the
             // newer ones pinged for a while (`Health`); the batch that met the broken one
             // runs again (`messaging::commit`).
-            let pinging = health.clone();
+            let (pinging, releasing) = (health.clone(), health.clone());
             let pool = AnyPoolOptions::new()
                 .max_connections(cfg.max_connections)
                 .test_before_acquire(false)
@@ -516,7 +579,15 @@ impl Store {
                     let health = pinging.clone();
                     Box::pin(async move { Ok(health.usable(conn, meta.age).await) })
                 })
-                .acquire_timeout(Duration::from_secs(30))
+                // sqlx pings every connection given back; one opened before a break is
+                // closed instead (a statement that missed its deadline left it silent).
+                .after_release(move |_, meta| {
+                    let health = releasing.clone();
+                    Box::pin(async move { Ok(!health.opened_before_break(meta.age)) })
+                })
+                // A connection not had by then (the pool busy, or the database not
+                // answering a new one) is an answer not had.
+                .acquire_timeout(answer)
                 // The batch statements are prepared once and run with new values every
                 // time; a generic plan for their `IN (VALUES …)` lists can turn an index
                 // lookup into a scan of the whole table. Plan each execution for its values.
@@ -672,6 +743,12 @@ impl Store {
             }
             other => other,
         }
+    }
+
+    /// `work` under the deadline for the database's answers (`Health::answered`; on
+    /// SQLite none).
+    pub async fn answered<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
+        self.health.answered(work).await
     }
 
     /// Notes a failed statement of a transaction (see `Health`).

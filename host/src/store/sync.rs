@@ -247,8 +247,11 @@ impl Store {
     /// The private conversations of `pairs` that exist, in one statement.
     pub async fn private_conversations(&self, pairs: &[Pair]) -> sqlx::Result<HashMap<Pair, i64>> {
         self.read_twice(|| async {
-            let mut conn = self.read().acquire().await?;
-            super::batch::find_pairs(self.dialect(), &mut conn, pairs).await
+            self.answered(async {
+                let mut conn = self.read().acquire().await?;
+                super::batch::find_pairs(self.dialect(), &mut conn, pairs).await
+            })
+            .await?
         })
         .await
     }
@@ -256,6 +259,18 @@ impl Store {
     /// Up to `limit` messages after or before a seq, ascending, within what `m` may see:
     /// one index range scan per visible interval, until the page is full.
     pub async fn pull(
+        &self,
+        conversation_id: i64,
+        m: &Membership,
+        direction: Direction,
+        limit: i64,
+    ) -> sqlx::Result<Vec<MessageRow>> {
+        self.answered(self.pull_on_a_connection(conversation_id, m, direction, limit))
+            .await?
+    }
+
+    /// `pull`'s statements, on one connection of the pool.
+    async fn pull_on_a_connection(
         &self,
         conversation_id: i64,
         m: &Membership,

@@ -97,9 +97,9 @@ pub struct StorageConfig {
     /// Committers on PostgreSQL, each owning a share of the conversations (SQLite has one
     /// writer and always uses one).
     pub committers: usize,
-    /// PostgreSQL: how long an answer from the database is waited for (a statement, a
-    /// commit batch's attempt, a connection from the pool) before the connection is taken
-    /// for dead and the work fails with `store_unavailable`.
+    /// PostgreSQL: how long a connection from the pool, and then the database's answers on
+    /// it, are waited for before the work fails with `store_unavailable` (a missed answer
+    /// takes the connection for dead). 1..=3600.
     pub answer_timeout_secs: u64,
 }
 
@@ -364,7 +364,7 @@ impl Default for StorageConfig {
             max_connections: 8,
             batch_max: 4096,
             committers: 2,
-            answer_timeout_secs: 10,
+            answer_timeout_secs: 5,
         }
     }
 }

@@ -228,7 +228,7 @@ impl Core {
             (e2e.signed_prekey_grace_secs as i64).saturating_mul(1000),
         );
         let d = self.store.dialect();
-        let uploaded = self.store.answered(async {
+        let uploaded = self.store.pooled(async {
             let mut tx = self.store.write().begin().await?;
             let state =
                 q::upload(d, &mut tx, user_id, device_id, &upload, limits, now_ms()).await?;

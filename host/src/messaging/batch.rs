@@ -210,6 +210,7 @@ async fn attempt(
     ctx: &BatchContext<'_>,
     remembered: Option<Decided>,
 ) -> Result<(Vec<Outcome>, Decided), BatchError> {
+    let pooled = !writer.connected();
     let work = async {
         let mut tx = store.begin_batch(writer, remembered.is_none()).await?;
         match run(store.dialect(), &mut tx, ops, ctx, remembered).await {
@@ -227,10 +228,16 @@ async fn attempt(
             }
         }
     };
-    // PostgreSQL: a connection that stops answering fails the attempt by the deadline,
-    // and is closed. Whether its commit was made is not known (`BrokenInCommit`): the
-    // batch may run again, where resends find what it stored.
-    let result = match store.answered(work).await {
+    // PostgreSQL: a connection that stops answering fails the attempt by the deadline
+    // (plus the pool's wait when it takes one), and is closed. Whether its commit was made
+    // is not known (`BrokenInCommit`): the batch may run again, where resends find what
+    // it stored.
+    let answered = if pooled {
+        store.pooled(work).await
+    } else {
+        store.answered(work).await
+    };
+    let result = match answered {
         Ok(result) => result,
         Err(silent) => {
             writer.close();

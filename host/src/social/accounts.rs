@@ -105,7 +105,7 @@ impl Core {
     }
 
     async fn rename(&self, user_id: &str, alias: &str) -> Result<(), Error> {
-        self.change(|mut c| {
+        self.change_within(false, |mut c| {
             Box::pin(async move {
                 rename_account(c.dialect, &mut c.tx, user_id, alias, c.now).await?;
                 Ok(((), c))

@@ -106,9 +106,20 @@ impl Core {
     /// the events → commit → publish. Runs again when it lost a race with another writer,
     /// or when its connection broke before `COMMIT`.
     /// The body gets the change and hands it back with its value; an error drops it (the
-    /// transaction rolls back).
+    /// transaction rolls back). On PostgreSQL each run ends by the deadline for the
+    /// database's answers (`Store::pooled`).
     pub(crate) async fn change<'a, T>(
         &self,
+        body: impl FnMut(Change) -> BoxFuture<'a, Result<(T, Change), OpError>>,
+    ) -> Result<T, Error> {
+        self.change_within(true, body).await
+    }
+
+    /// `change`, `bounded` by the deadline or not: an account's rename rewrites every row
+    /// the account touched, for as long as that takes.
+    pub(crate) async fn change_within<'a, T>(
+        &self,
+        bounded: bool,
         mut body: impl FnMut(Change) -> BoxFuture<'a, Result<(T, Change), OpError>>,
     ) -> Result<T, Error> {
         let (mut attempt, mut broken) = (0, false);
@@ -126,7 +137,12 @@ impl Core {
                 Ok::<_, OpError>((value, c.commit().await?))
             };
             // No answer by the deadline: whether its COMMIT was made is not known.
-            let outcome = match self.store.answered(once).await {
+            let answered = if bounded {
+                self.store.pooled(once).await
+            } else {
+                Ok(once.await)
+            };
+            let outcome = match answered {
                 Ok(outcome) => outcome,
                 Err(silent) => Err(OpError::Db(BatchError::BrokenInCommit(silent))),
             };

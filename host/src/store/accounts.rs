@@ -131,7 +131,7 @@ impl Store {
         token_id: &str,
         expires_at: i64,
     ) -> sqlx::Result<()> {
-        self.answered(async {
+        self.pooled(async {
             let mut tx = self.write().begin().await?;
             sqlx::query(
                 "INSERT INTO revoked_tokens (token_id, user_id, expires_at) VALUES ($1, $2, $3) \

@@ -193,7 +193,7 @@ impl Store {
         device_id: &str,
         now: i64,
     ) -> sqlx::Result<bool> {
-        self.answered(async {
+        self.pooled(async {
             let mut tx = self.write().begin().await?;
             let done = sqlx::query(
                 "UPDATE devices SET removed_at = $3, push_provider = NULL, push_token = NULL \

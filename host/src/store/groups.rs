@@ -650,7 +650,7 @@ pub async fn pending_join_requests_in(
 
 impl Store {
     pub async fn group(&self, conversation_id: i64) -> sqlx::Result<Option<Group>> {
-        self.answered(async {
+        self.pooled(async {
             let mut conn = self.read().acquire().await?;
             group_in(&mut conn, conversation_id).await
         })
@@ -663,7 +663,7 @@ impl Store {
         conversation_id: i64,
         user_id: &str,
     ) -> sqlx::Result<Option<Member>> {
-        self.answered(async {
+        self.pooled(async {
             let mut conn = self.read().acquire().await?;
             Ok(
                 members_in(self.dialect(), &mut conn, conversation_id, &[user_id])
@@ -715,7 +715,7 @@ impl Store {
         &self,
         conversation_id: i64,
     ) -> sqlx::Result<Vec<JoinRequest>> {
-        self.answered(async {
+        self.pooled(async {
             let mut conn = self.read().acquire().await?;
             pending_join_requests_in(&mut conn, conversation_id).await
         })

@@ -144,8 +144,16 @@ impl Writer {
         self.sqlite = None;
     }
 
+    /// Whether it keeps a PostgreSQL connection, so its next batch takes none from the
+    /// pool.
+    pub fn connected(&self) -> bool {
+        self.postgres.is_some()
+    }
+
     /// Closes PostgreSQL's connection, one whose answer did not come (`Store::answered`):
-    /// the next batch opens another. (Closing rolls back whatever it had begun.)
+    /// the next batch opens another. Closing rolls back whatever it had begun; where the
+    /// close never reaches the database, its session ends a transaction left idle after
+    /// the deadline (`Store::open`).
     pub fn close(&mut self) {
         self.postgres = None;
     }
@@ -276,8 +284,11 @@ impl Drop for BatchTx<'_> {
 ///
 /// A connection can also go silent: the database's machine lost power, or the network
 /// between dropped it without a reset. Nothing then ends the wait for an answer, so on
-/// PostgreSQL every wait has a deadline (`storage.answer_timeout_secs`, `answered`): a
-/// statement not answered by then fails as if its connection broke, and is noted so.
+/// PostgreSQL every wait has a deadline (`storage.answer_timeout_secs`): the pool's
+/// acquire timeout for a connection (a miss there is a busy pool, not a break), and
+/// `answered` for the answers on one held (a miss there fails as if the connection broke,
+/// and is noted so). Work that takes its connection from the pool itself gets both in one
+/// (`pooled`).
 #[derive(Debug)]
 pub struct Health {
     /// What `broken_at_us` counts from.
@@ -342,7 +353,22 @@ impl Health {
     /// before the break is closed there rather than pinged (a ping on a silent
     /// connection would wait for ever, holding its place in the pool).
     pub async fn answered<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
-        let Some(deadline) = self.answer else {
+        self.within(self.answer, work).await
+    }
+
+    /// As `answered`, for work that takes its connection from the pool first: the pool's
+    /// wait for one (its acquire timeout, the same deadline) comes on top.
+    pub async fn pooled<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
+        self.within(self.answer.map(|answer| answer * 2), work)
+            .await
+    }
+
+    async fn within<F: Future>(
+        &self,
+        deadline: Option<Duration>,
+        work: F,
+    ) -> sqlx::Result<F::Output> {
+        let Some(deadline) = deadline else {
             return Ok(work.await);
         };
         let mut work = std::pin::pin!(work);
@@ -437,9 +463,9 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
         let health = self.health;
         let asking = self.ask();
         let rows = self.pool.fetch_many(query);
-        // The whole answer under the deadline (one timer, not one a row); the stream ends
-        // with a miss.
-        let rows = match health.answer {
+        // The whole answer, the pool's wait for a connection included (`pooled`), under
+        // the deadline: one timer, not one a row. The stream ends with a miss.
+        let rows = match health.answer.map(|answer| answer * 2) {
             None => rows,
             Some(answer) => {
                 let deadline = Box::pin(tokio::time::sleep(answer));
@@ -469,7 +495,7 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
         let health = self.health;
         self.asking(
             health
-                .answered(self.pool.fetch_optional(query))
+                .pooled(self.pool.fetch_optional(query))
                 .map(Result::flatten)
                 .inspect_err(move |e| health.note(e))
                 .boxed(),
@@ -586,7 +612,7 @@ impl Store {
                     Box::pin(async move { Ok(!health.opened_before_break(meta.age)) })
                 })
                 // A connection not had by then (the pool busy, or the database not
-                // answering a new one) is an answer not had.
+                // answering a new one) is an answer not had; not a break (`Health`).
                 .acquire_timeout(answer)
                 // The batch statements are prepared once and run with new values every
                 // time; a generic plan for their `IN (VALUES …)` lists can turn an index
@@ -595,12 +621,25 @@ impl Store {
                 // reads, so once a group has thousands of members its guess for a batch
                 // passes JIT's thresholds, and compiling the plan took 20–460 ms for a
                 // statement that runs in under 1 ms.
-                .after_connect(|conn, _| {
+                // And the database's side of a connection the server gave up on
+                // (`Health::answered`): when the network went silent the close never
+                // reached it, and a session left inside a transaction would hold its locks
+                // (a conversation's head, a user's stream) until the database's own TCP
+                // keepalive ends it, two hours by default. It ends one idle in a
+                // transaction after the deadline, and probes an idle connection after the
+                // deadline too.
+                .after_connect(move |conn, _| {
+                    let secs = answer.as_secs();
+                    let settings = format!(
+                        "SET plan_cache_mode = force_custom_plan; SET jit = off; \
+                         SET idle_in_transaction_session_timeout = {}; \
+                         SET tcp_keepalives_idle = {secs}; \
+                         SET tcp_keepalives_interval = {}; SET tcp_keepalives_count = 3",
+                        secs * 1000,
+                        secs.div_ceil(3),
+                    );
                     Box::pin(async move {
-                        conn.execute(sqlx::raw_sql(
-                            "SET plan_cache_mode = force_custom_plan; SET jit = off",
-                        ))
-                        .await?;
+                        conn.execute(sqlx::raw_sql(&settings)).await?;
                         Ok(())
                     })
                 })
@@ -745,10 +784,16 @@ impl Store {
         }
     }
 
-    /// `work` under the deadline for the database's answers (`Health::answered`; on
-    /// SQLite none).
+    /// `work`, on a connection it holds, under the deadline for the database's answers
+    /// (`Health::answered`; on SQLite none).
     pub async fn answered<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
         self.health.answered(work).await
+    }
+
+    /// `work`, which takes its connection from the pool, under the deadline
+    /// (`Health::pooled`).
+    pub async fn pooled<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
+        self.health.pooled(work).await
     }
 
     /// Notes a failed statement of a transaction (see `Health`).

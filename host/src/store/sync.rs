@@ -247,7 +247,7 @@ impl Store {
     /// The private conversations of `pairs` that exist, in one statement.
     pub async fn private_conversations(&self, pairs: &[Pair]) -> sqlx::Result<HashMap<Pair, i64>> {
         self.read_twice(|| async {
-            self.answered(async {
+            self.pooled(async {
                 let mut conn = self.read().acquire().await?;
                 super::batch::find_pairs(self.dialect(), &mut conn, pairs).await
             })
@@ -265,7 +265,7 @@ impl Store {
         direction: Direction,
         limit: i64,
     ) -> sqlx::Result<Vec<MessageRow>> {
-        self.answered(self.pull_on_a_connection(conversation_id, m, direction, limit))
+        self.pooled(self.pull_on_a_connection(conversation_id, m, direction, limit))
             .await?
     }
 

@@ -160,6 +160,10 @@ impl IdGen {
 
 pub struct BatchContext<'a> {
     pub now: i64,
+    /// PostgreSQL: when the batch, all its attempts, must be answered by
+    /// (`storage.answer_timeout_secs`); an attempt on the committer's kept connection gets
+    /// one deadline of it, so a second attempt on a new connection has time left.
+    pub until: Option<tokio::time::Instant>,
     pub recall_window_ms: i64,
     pub ids: &'a IdGen,
     pub recipients: &'a RecipientCache,
@@ -228,15 +232,17 @@ async fn attempt(
             }
         }
     };
-    // PostgreSQL: a connection that stops answering fails the attempt by the deadline
-    // (plus the pool's wait when it takes one), and is closed. Whether its commit was made
+    // PostgreSQL: a connection that stops answering fails the attempt by its deadline
+    // (`BatchContext::until`), and is closed. Whether its commit was made
     // is not known (`BrokenInCommit`): the batch may run again, where resends find what
     // it stored.
-    let answered = if pooled {
-        store.pooled(work).await
-    } else {
-        store.answered(work).await
+    let until = match (ctx.until, store.answer_timeout()) {
+        (Some(until), Some(answer)) if !pooled => {
+            Some(until.min(tokio::time::Instant::now() + answer))
+        }
+        (until, _) => until,
     };
+    let answered = store.answered_by(until, work).await;
     let result = match answered {
         Ok(result) => result,
         Err(silent) => {

@@ -227,9 +227,14 @@ async fn commit_with_retries(
     recall_window_ms: i64,
 ) -> Result<Vec<Outcome>, BatchError> {
     let (mut conflicts, mut broken) = (0, 0);
+    // PostgreSQL: twice the deadline for answers, for the batch and its runs again.
+    let until = store
+        .answer_timeout()
+        .map(|answer| tokio::time::Instant::now() + answer * 2);
     loop {
         let ctx = BatchContext {
             now: now_ms(),
+            until,
             recall_window_ms,
             ids,
             recipients,
@@ -242,7 +247,7 @@ async fn commit_with_retries(
             // The store now closes the connections opened before the break and pings the
             // others (`store::Health`), so the retry runs on a live one.
             Err(BatchError::Broken(e) | BatchError::BrokenInCommit(e))
-                if broken < BROKEN_RETRIES =>
+                if broken < BROKEN_RETRIES && time_for_another(store, until) =>
             {
                 broken += 1;
                 tracing::warn!(
@@ -252,6 +257,16 @@ async fn commit_with_retries(
             }
             other => return other,
         }
+    }
+}
+
+/// Whether a batch's run again has time left before `until`: half a deadline at least
+/// (after a miss on the committer's kept connection one whole is left; after one on a new
+/// connection, none).
+fn time_for_another(store: &Store, until: Option<tokio::time::Instant>) -> bool {
+    match (until, store.answer_timeout()) {
+        (Some(until), Some(answer)) => tokio::time::Instant::now() + answer / 2 < until,
+        _ => true,
     }
 }
 

@@ -439,10 +439,13 @@ impl Store {
     pub async fn rename_in_payloads(&self, from: &str, to: &str) -> sqlx::Result<u64> {
         let pattern = format!("%\"{from}\"%");
         let mut rewritten = 0;
+        // Its reads on a connection of their own, not held to the deadline for answers
+        // (`Health::pooled`): a scan of a long history may take longer.
+        let mut reader = self.read().acquire().await?;
         let conversations: Vec<i64> =
             sqlx::query("SELECT conversation_id FROM members WHERE user_id = $1")
                 .bind(to)
-                .fetch_all(self.read())
+                .fetch_all(&mut *reader)
                 .await?
                 .iter()
                 .map(|r| r.try_get(0))
@@ -458,7 +461,7 @@ impl Store {
                 .bind(after)
                 .bind(&pattern)
                 .bind(REWRITE_CHUNK as i64)
-                .fetch_all(self.read())
+                .fetch_all(&mut *reader)
                 .await?;
                 let Some(last) = rows.last() else { break };
                 after = last.try_get(0)?;
@@ -491,7 +494,7 @@ impl Store {
              UNION SELECT blocker FROM blocks WHERE blocked = $1",
         )
         .bind(to)
-        .fetch_all(self.read())
+        .fetch_all(&mut *reader)
         .await?
         .iter()
         .map(|r| r.try_get(0))
@@ -502,7 +505,7 @@ impl Store {
             )
             .bind(user)
             .bind(&pattern)
-            .fetch_all(self.read())
+            .fetch_all(&mut *reader)
             .await?;
             if rows.is_empty() {
                 continue;

@@ -150,7 +150,7 @@ impl Writer {
         self.postgres.is_some()
     }
 
-    /// Closes PostgreSQL's connection, one whose answer did not come (`Store::answered`):
+    /// Closes PostgreSQL's connection, one whose answer did not come (`Store::answered_by`):
     /// the next batch opens another. Closing rolls back whatever it had begun; where the
     /// close never reaches the database, its session ends a transaction left idle after
     /// the deadline (`Store::open`).
@@ -286,9 +286,9 @@ impl Drop for BatchTx<'_> {
 /// between dropped it without a reset. Nothing then ends the wait for an answer, so on
 /// PostgreSQL every wait has a deadline (`storage.answer_timeout_secs`): the pool's
 /// acquire timeout for a connection (a miss there is a busy pool, not a break), and
-/// `answered` for the answers on one held (a miss there fails as if the connection broke,
-/// and is noted so). Work that takes its connection from the pool itself gets both in one
-/// (`pooled`).
+/// `within` for the answers (a miss there fails as if the connection broke, and is noted
+/// so): twice the deadline for work that takes its connection from the pool itself
+/// (`pooled`), what is left of a commit batch's for its runs (`Store::answered_by`).
 #[derive(Debug)]
 pub struct Health {
     /// What `broken_at_us` counts from.
@@ -347,22 +347,18 @@ impl Health {
         self.origin.elapsed() - broken_at > SUSPECT || conn.ping().await.is_ok()
     }
 
-    /// `work`'s output, or, when the database has not answered within the deadline, an
-    /// I/O error (`TimedOut`) noted as a break. The break is noted before `work` is
-    /// dropped: a pooled connection it held goes back to the pool then, and one opened
-    /// before the break is closed there rather than pinged (a ping on a silent
-    /// connection would wait for ever, holding its place in the pool).
-    pub async fn answered<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
-        self.within(self.answer, work).await
-    }
-
-    /// As `answered`, for work that takes its connection from the pool first: the pool's
-    /// wait for one (its acquire timeout, the same deadline) comes on top.
+    /// `within` twice the deadline, for work that takes its connection from the pool: the
+    /// pool's wait for one (its acquire timeout, one deadline) and then the answers.
     pub async fn pooled<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
         self.within(self.answer.map(|answer| answer * 2), work)
             .await
     }
 
+    /// `work`'s output, or, when it is not done within `deadline` (`None`: no deadline),
+    /// an I/O error (`TimedOut`) noted as a break. The break is noted before `work` is
+    /// dropped: a pooled connection it held goes back to the pool then, and one opened
+    /// before the break is closed there rather than pinged (a ping on a silent
+    /// connection would wait for ever, holding its place in the pool).
     async fn within<F: Future>(
         &self,
         deadline: Option<Duration>,
@@ -387,6 +383,12 @@ impl Health {
         self.note(&e);
         e
     }
+}
+
+/// Whether `e` is an answer the database did not give within the deadline
+/// (`Health::within`).
+pub fn missed(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
 }
 
 /// Whether `e` says the connection itself is gone (rather than the statement failing):
@@ -622,7 +624,7 @@ impl Store {
                 // passes JIT's thresholds, and compiling the plan took 20–460 ms for a
                 // statement that runs in under 1 ms.
                 // And the database's side of a connection the server gave up on
-                // (`Health::answered`): when the network went silent the close never
+                // (`Health::within`): when the network went silent the close never
                 // reached it, and a session left inside a transaction would hold its locks
                 // (a conversation's head, a user's stream) until the database's own TCP
                 // keepalive ends it, two hours by default. It ends one idle in a
@@ -776,7 +778,8 @@ impl Store {
         Fut: Future<Output = sqlx::Result<T>>,
     {
         match read().await {
-            Err(e) if is_broken(&e) => {
+            // Not after a missed answer: the read had its deadline.
+            Err(e) if is_broken(&e) && !missed(&e) => {
                 self.health.note(&e);
                 read().await
             }
@@ -784,16 +787,25 @@ impl Store {
         }
     }
 
-    /// `work`, on a connection it holds, under the deadline for the database's answers
-    /// (`Health::answered`; on SQLite none).
-    pub async fn answered<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
-        self.health.answered(work).await
-    }
-
-    /// `work`, which takes its connection from the pool, under the deadline
-    /// (`Health::pooled`).
+    /// `work`, which takes its connection from the pool, under the deadline (`Health::pooled`;
+    /// on SQLite none).
     pub async fn pooled<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
         self.health.pooled(work).await
+    }
+
+    /// How long an answer is waited for (`storage.answer_timeout_secs`; on SQLite none).
+    pub fn answer_timeout(&self) -> Option<Duration> {
+        self.health.answer
+    }
+
+    /// `work` under a deadline at `until` (`None`: none), a miss noted as a break.
+    pub async fn answered_by<F: Future>(
+        &self,
+        until: Option<tokio::time::Instant>,
+        work: F,
+    ) -> sqlx::Result<F::Output> {
+        let left = until.map(|until| until.saturating_duration_since(tokio::time::Instant::now()));
+        self.health.within(left, work).await
     }
 
     /// Notes a failed statement of a transaction (see `Health`).

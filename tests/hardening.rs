@@ -1448,10 +1448,17 @@ async fn a_database_that_stops_answering_is_answered_for_by_the_deadline() {
     }
     let (_db, relay, s, bob, mut ws, conversation) = through_a_relay("pg-silent").await;
     relay.silence();
+    let sent = Instant::now();
     let refused = send_err(&mut ws, text("2", "c2", peer("bob"), "during")).await;
+    let send_answered = sent.elapsed();
     assert_eq!(refused["code"], "store_unavailable", "{refused}");
     let path = format!("/v1/conversations/{conversation}/messages?afterSeq=0");
+    let asked = Instant::now();
     let (status, pulled) = s.http("GET", &path, Some(&bob.token), None).await;
+    println!(
+        "deadline 2 s: the send answered after {send_answered:.1?}, the pull after {:.1?}",
+        asked.elapsed()
+    );
     assert_eq!(
         (status, pulled["error"]["code"].as_str()),
         (503, Some("store_unavailable")),

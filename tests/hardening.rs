@@ -1421,9 +1421,11 @@ async fn through_a_relay(name: &str) -> (Db, SilentRelay, Server, User, Ws, i64)
     (db, relay, s, bob, ws, conversation)
 }
 
-/// The texts of a conversation as bob pulls it, by seq.
-async fn texts(s: &Server, bob: &User, conversation: i64) -> Vec<(i64, String)> {
-    s.pull_all(bob, conversation)
+/// What bob pulls of the conversation is "before", "during" and "after" at seqs 1, 2
+/// and 3, each once, and the acks of the second and the third say seqs 2 and 3.
+async fn stored_once_in_order(s: &Server, bob: &User, conversation: i64, acks: [&Value; 2]) {
+    let texts: Vec<(i64, String)> = s
+        .pull_all(bob, conversation)
         .await
         .iter()
         .map(|m| {
@@ -1432,7 +1434,19 @@ async fn texts(s: &Server, bob: &User, conversation: i64) -> Vec<(i64, String)> 
                 m["payload"]["text"].as_str().unwrap().to_string(),
             )
         })
-        .collect()
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            (1, "before".into()),
+            (2, "during".into()),
+            (3, "after".into())
+        ],
+        "acks: {} {}",
+        acks[0],
+        acks[1]
+    );
+    assert_eq!(acks.map(|a| a["seq"].as_i64()), [Some(2), Some(3)]);
 }
 
 /// PostgreSQL stops answering without closing its connections: a send is answered
@@ -1468,18 +1482,7 @@ async fn a_database_that_stops_answering_is_answered_for_by_the_deadline() {
     relay.answer_new_connections();
     let resent = send_ok(&mut ws, text("3", "c2", peer("bob"), "during")).await;
     let last = send_ok(&mut ws, text("4", "c3", peer("bob"), "after")).await;
-    assert_eq!(
-        texts(&s, &bob, conversation).await,
-        [
-            (1, "before".into()),
-            (2, "during".into()),
-            (3, "after".into())
-        ],
-    );
-    assert_eq!(
-        (resent["seq"].as_i64(), last["seq"].as_i64()),
-        (Some(2), Some(3))
-    );
+    stored_once_in_order(&s, &bob, conversation, [&resent, &last]).await;
 }
 
 /// The database takes a send and commits it, but its answer is lost on the way: the
@@ -1495,19 +1498,7 @@ async fn a_commit_whose_answer_is_lost_is_acked_once() {
     relay.lose_answers();
     let acked = send_ok(&mut ws, text("2", "c2", peer("bob"), "during")).await;
     let last = send_ok(&mut ws, text("3", "c3", peer("bob"), "after")).await;
-    assert_eq!(
-        texts(&s, &bob, conversation).await,
-        [
-            (1, "before".into()),
-            (2, "during".into()),
-            (3, "after".into())
-        ],
-        "acks: {acked} {last}"
-    );
-    assert_eq!(
-        (acked["seq"].as_i64(), last["seq"].as_i64()),
-        (Some(2), Some(3))
-    );
+    stored_once_in_order(&s, &bob, conversation, [&acked, &last]).await;
     // The second run found what the first stored: a message the committer remembers the
     // conversation of is written by one statement, its own transaction, which the database
     // committed before its answer was lost.

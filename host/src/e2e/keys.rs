@@ -240,11 +240,7 @@ impl Core {
             }
             Ok::<_, sqlx::Error>(state)
         });
-        let state = match uploaded
-            .await
-            .and_then(|state| state)
-            .map_err(unavailable)?
-        {
+        let state = match uploaded.await.flatten().map_err(unavailable)? {
             Ok(s) => s,
             Err(refused) => {
                 return Err(match refused {

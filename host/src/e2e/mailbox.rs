@@ -158,7 +158,7 @@ impl Core {
                 }
                 Ok::<_, sqlx::Error>(sent)
             };
-            match self.store.pooled(once).await.and_then(|sent| sent) {
+            match self.store.pooled(once).await.flatten() {
                 Ok(sent) => break sent,
                 Err(e) if attempt < RETRIES && crate::store::batch::is_conflict(&e) => {
                     attempt += 1;

@@ -227,10 +227,10 @@ async fn commit_with_retries(
     recall_window_ms: i64,
 ) -> Result<Vec<Outcome>, BatchError> {
     let (mut conflicts, mut broken) = (0, 0);
-    // PostgreSQL: twice the deadline for answers, for the batch and its runs again.
+    // PostgreSQL: one budget for the batch and its runs again.
     let until = store
-        .answer_timeout()
-        .map(|answer| tokio::time::Instant::now() + answer * 2);
+        .batch_budget()
+        .map(|budget| tokio::time::Instant::now() + budget);
     loop {
         let ctx = BatchContext {
             now: now_ms(),

@@ -347,11 +347,16 @@ impl Health {
         self.origin.elapsed() - broken_at > SUSPECT || conn.ping().await.is_ok()
     }
 
-    /// `within` twice the deadline, for work that takes its connection from the pool: the
-    /// pool's wait for one (its acquire timeout, one deadline) and then the answers.
+    /// What work that takes its connection from the pool may wait in all: the pool's wait
+    /// for one (its acquire timeout, one deadline), then the answers (one more). A commit
+    /// batch has as much for all its runs.
+    fn budget(&self) -> Option<Duration> {
+        self.answer.map(|answer| answer * 2)
+    }
+
+    /// `work`, which takes its connection from the pool, `within` the `budget`.
     pub async fn pooled<F: Future>(&self, work: F) -> sqlx::Result<F::Output> {
-        self.within(self.answer.map(|answer| answer * 2), work)
-            .await
+        self.within(self.budget(), work).await
     }
 
     /// `work`'s output, or, when it is not done within `deadline` (`None`: no deadline),
@@ -465,9 +470,9 @@ impl<'c> sqlx::Executor<'c> for Db<'c> {
         let health = self.health;
         let asking = self.ask();
         let rows = self.pool.fetch_many(query);
-        // The whole answer, the pool's wait for a connection included (`pooled`), under
-        // the deadline: one timer, not one a row. The stream ends with a miss.
-        let rows = match health.answer.map(|answer| answer * 2) {
+        // The whole answer, the pool's wait for a connection included, within the
+        // `budget` (as `pooled`): one timer, not one a row. The stream ends with a miss.
+        let rows = match health.budget() {
             None => rows,
             Some(answer) => {
                 let deadline = Box::pin(tokio::time::sleep(answer));
@@ -796,6 +801,12 @@ impl Store {
     /// How long an answer is waited for (`storage.answer_timeout_secs`; on SQLite none).
     pub fn answer_timeout(&self) -> Option<Duration> {
         self.health.answer
+    }
+
+    /// What a commit batch may wait for the database in all, its runs again included
+    /// (`Health::budget`; on SQLite no limit).
+    pub fn batch_budget(&self) -> Option<Duration> {
+        self.health.budget()
     }
 
     /// `work` under a deadline at `until` (`None`: none), a miss noted as a break.

@@ -14,8 +14,9 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
 use common::server::{
-    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, peer, send_err, send_ok, setup, text,
+    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, ok, peer, send_err, send_ok, setup, text,
 };
+use common::webhook::{Mode, Receiver};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -1398,8 +1399,9 @@ async fn relay(
 }
 
 /// A server on a database of its own through a `SilentRelay`, with a 2 s deadline for the
-/// database's answers; alice's phone, and her first message to bob (its conversation).
-async fn through_a_relay(name: &str) -> (Db, SilentRelay, Server, User, Ws, i64) {
+/// database's answers (and `extra` in its config); alice and bob, alice's phone, and her
+/// first message to bob (its conversation).
+async fn through_a_relay(name: &str, extra: &str) -> (Db, SilentRelay, Server, [User; 2], Ws, i64) {
     let mut db = Db::new(&Backend::postgres(name).unwrap(), name).await;
     let (scheme, rest) = db.url.split_once("://").unwrap();
     let (authority, path) = rest.split_once('/').unwrap();
@@ -1412,13 +1414,13 @@ async fn through_a_relay(name: &str) -> (Db, SilentRelay, Server, User, Ws, i64)
     let relay = SilentRelay::start(target).await;
     let through = authority.replacen(host, &relay.addr.to_string(), 1);
     db.url = format!("{scheme}://{through}/{path}");
-    let s = Server::start_with(&db, "answer_timeout_secs = 2", "").await;
+    let s = Server::start_with(&db, "answer_timeout_secs = 2", extra).await;
     let bob = s.user("bob").await;
     let alice = s.user("alice").await;
     let mut ws = s.connect(&alice, "phone").await;
     let first = send_ok(&mut ws, text("1", "c1", peer("bob"), "before")).await;
     let conversation = first["conversationId"].as_i64().unwrap();
-    (db, relay, s, bob, ws, conversation)
+    (db, relay, s, [alice, bob], ws, conversation)
 }
 
 /// What bob pulls of the conversation is "before", "during" and "after" at seqs 1, 2
@@ -1460,7 +1462,7 @@ async fn a_database_that_stops_answering_is_answered_for_by_the_deadline() {
     if Backend::postgres(name).is_none() {
         return;
     }
-    let (_db, relay, s, bob, mut ws, conversation) = through_a_relay("pg-silent").await;
+    let (_db, relay, s, [_, bob], mut ws, conversation) = through_a_relay("pg-silent", "").await;
     relay.silence();
     let sent = Instant::now();
     let refused = send_err(&mut ws, text("2", "c2", peer("bob"), "during")).await;
@@ -1487,22 +1489,77 @@ async fn a_database_that_stops_answering_is_answered_for_by_the_deadline() {
 
 /// The database takes a send and commits it, but its answer is lost on the way: the
 /// server, given no answer by the deadline, runs the batch again on a new connection, and
-/// the sender gets one ack for one stored message, in order.
+/// the sender gets one ack for one stored message, in order, as for a send whose answer
+/// came: `"duplicate": false`, an offline notice for the peer, a push to the online members
+/// of a group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_commit_whose_answer_is_lost_is_acked_once() {
-    let name = "a_commit_whose_answer_is_lost_is_acked_once";
+async fn a_commit_whose_answer_is_lost_is_acked_and_delivered_once() {
+    let name = "a_commit_whose_answer_is_lost_is_acked_and_delivered_once";
     if Backend::postgres(name).is_none() {
         return;
     }
-    let (_db, relay, s, bob, mut ws, conversation) = through_a_relay("pg-lost").await;
+    let mut hook = Receiver::start(Mode::Ok).await;
+    let push = format!(
+        "[push]\nwebhook_url = \"http://{}/hook\"\n\
+         webhook_secret = \"lost-answer-secret-lost-answer-secret\"\n",
+        hook.addr
+    );
+    let (_db, relay, s, [alice, bob], mut ws, conversation) =
+        through_a_relay("pg-lost", &push).await;
+    // bob is offline with a push token (none when "before" was sent: no notice for it);
+    // carol is online in a group alice texted before, so its committer remembers it too.
+    let device = json!({"deviceId": "phone", "platform": "ios"});
+    ok(&s, &bob, "POST", "/v1/devices", Some(device)).await;
+    let token = json!({"provider": "apns", "token": "token-of-bob"});
+    ok(&s, &bob, "PUT", "/v1/devices/phone/push", Some(token)).await;
+    let carol = s.user("carol").await;
+    let group = json!({"name": "G", "members": ["carol"]});
+    let gid = ok(&s, &alice, "POST", "/v1/groups", Some(group)).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    let mut c = s.connect(&carol, "laptop").await;
+    let in_group = |id: &str, body: &str| {
+        json!({"type": "send", "id": id, "clientMsgId": id, "conversationType": 2,
+            "conversationId": gid, "contentType": 1, "payload": {"text": body}})
+    };
+    send_ok(&mut ws, in_group("g1", "g-before")).await;
+    c.until(|f| f["type"] == "notify" && f["payload"]["text"] == "g-before")
+        .await;
+
     relay.lose_answers();
     let acked = send_ok(&mut ws, text("2", "c2", peer("bob"), "during")).await;
-    let last = send_ok(&mut ws, text("3", "c3", peer("bob"), "after")).await;
-    stored_once_in_order(&s, &bob, conversation, [&acked, &last]).await;
     // The second run found what the first stored: a message the committer remembers the
     // conversation of is written by one statement, its own transaction, which the database
-    // committed before its answer was lost.
-    assert_eq!(acked["duplicate"], true, "{acked}");
+    // committed before its answer was lost. It is answered as the first run would have been.
+    assert_eq!(acked["duplicate"], false, "{acked}");
+    // (A notice of "before" may come first: the bridge reads the tokens after the send.)
+    let notice = loop {
+        let notice = hook.next().await;
+        if notice.body["seq"] != 1 {
+            break notice;
+        }
+    };
+    assert_eq!(
+        (
+            &notice.body["userId"],
+            &notice.body["seq"],
+            &notice.body["preview"]
+        ),
+        (&json!("bob"), &json!(2), &json!("during")),
+        "{:?}",
+        notice.body
+    );
+    let last = send_ok(&mut ws, text("3", "c3", peer("bob"), "after")).await;
+    stored_once_in_order(&s, &bob, conversation, [&acked, &last]).await;
+
+    // In a group too: carol's device gets the message whose answer was lost.
+    relay.lose_answers();
+    let acked = send_ok(&mut ws, in_group("g2", "g-during")).await;
+    assert_eq!(acked["duplicate"], false, "{acked}");
+    let (got, _) = c
+        .until(|f| f["type"] == "notify" && f["payload"]["text"] == "g-during")
+        .await;
+    assert_eq!(got["seq"], acked["seq"], "{got}");
 }
 
 /// The log, in either format, holds no terminal escapes when it is a file, and never a

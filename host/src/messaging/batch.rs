@@ -144,6 +144,17 @@ impl IdGen {
         }
     }
 
+    /// The last id given out (0 before the first): every later one is greater.
+    pub fn last(&self) -> i64 {
+        let s = self.state.lock().expect("id state");
+        (s.0 << 22) | (self.node << 12) | s.1
+    }
+
+    /// Whether `id` was given out by this node after `last` (an id `last` returned).
+    pub fn given_since(&self, last: i64, id: i64) -> bool {
+        id > last && (id >> 12) & 0x3ff == self.node
+    }
+
     pub fn next(&self, now_ms: i64) -> i64 {
         let mut s = self.state.lock().expect("id state");
         let ms = (now_ms - EPOCH_MS).max(0);
@@ -167,6 +178,20 @@ pub struct BatchContext<'a> {
     pub recall_window_ms: i64,
     pub ids: &'a IdGen,
     pub recipients: &'a RecipientCache,
+    /// A run again of a batch whose connection broke (`BatchError::Broken`,
+    /// `BrokenInCommit`): the last id `ids` gave out before its first run. A send found
+    /// stored with an id this node gave out since was stored by that earlier run, whose
+    /// answer was lost (a sender's sends go to one committer, which runs one batch at a
+    /// time).
+    pub rerun_after: Option<i64>,
+}
+
+impl BatchContext<'_> {
+    /// Whether an earlier run of this batch stored the message `msg_id`.
+    fn stored_earlier(&self, msg_id: i64) -> bool {
+        self.rerun_after
+            .is_some_and(|last| self.ids.given_since(last, msg_id))
+    }
 }
 
 /// Runs `ops` in one transaction, in order; one outcome per op. A refused op does not
@@ -459,6 +484,25 @@ async fn run(
         let outcome = match op {
             Op::Send(m) => {
                 let key = (m.sender_id.clone(), m.client_msg_id.clone());
+                // Stored by an earlier run of this batch whose answer was lost: this send's
+                // own message, answered and pushed as new (its offline notice too), once.
+                if let Some((stored, false)) = stored_before.get(&key)
+                    && ctx.stored_earlier(stored.msg_id)
+                {
+                    let stored = stored.clone();
+                    stored_before.remove(&key);
+                    in_batch.insert(key, stored.clone());
+                    let recipients = members
+                        .get_mut(&stored.conversation_id)
+                        .map(Members::recipients)
+                        .unwrap_or_else(|| Arc::from([]));
+                    outcomes.push(Outcome::Sent {
+                        message: stored,
+                        duplicate: false,
+                        recipients,
+                    });
+                    continue;
+                }
                 let earlier = match (stored_before.get(&key), in_batch.get(&key)) {
                     // Pushed again unless recalled since (its payload is hidden now).
                     (Some((m, recalled)), _) => Some((m.clone(), !recalled)),

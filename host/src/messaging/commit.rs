@@ -227,6 +227,7 @@ async fn commit_with_retries(
     recall_window_ms: i64,
 ) -> Result<Vec<Outcome>, BatchError> {
     let (mut conflicts, mut broken) = (0, 0);
+    let last_id = ids.last();
     // PostgreSQL: one budget for the batch and its runs again.
     let until = store
         .batch_budget()
@@ -238,6 +239,7 @@ async fn commit_with_retries(
             recall_window_ms,
             ids,
             recipients,
+            rerun_after: (broken > 0).then_some(last_id),
         };
         match super::batch::commit(store, writer, known, ops, &ctx).await {
             Err(BatchError::Conflict) if conflicts < CONFLICT_RETRIES => {

@@ -938,20 +938,6 @@ pub(crate) fn placeholders(d: Dialect, first: usize, n: usize) -> String {
     s
 }
 
-/// `($1, $2), ($3, $4), …`: `rows` tuples of `width` placeholders.
-pub(crate) fn tuples(d: Dialect, rows: usize, width: usize) -> String {
-    let mut s = String::with_capacity(rows * width * 4);
-    for r in 0..rows {
-        if r > 0 {
-            s.push_str(", ");
-        }
-        s.push('(');
-        s.push_str(&placeholders(d, 1 + r * width, width));
-        s.push(')');
-    }
-    s
-}
-
 /// A statement's argument as JSON text (arrays of numbers, strings and tuples of them).
 pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).expect("numbers and strings serialize")
@@ -1229,10 +1215,9 @@ mod tests {
     }
 
     #[test]
-    fn tuples_number_in_order() {
-        assert_eq!(tuples(Dialect::Postgres, 2, 2), "($1, $2), ($3, $4)");
+    fn placeholders_number_in_order() {
         assert_eq!(placeholders(Dialect::Postgres, 3, 2), "$3, $4");
-        assert_eq!(tuples(Dialect::Sqlite, 2, 2), "(?, ?), (?, ?)");
+        assert_eq!(placeholders(Dialect::Sqlite, 3, 2), "?, ?");
     }
 
     #[test]

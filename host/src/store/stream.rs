@@ -2,11 +2,12 @@
 //! user's head row in the same transaction as the change it records, so per user the
 //! order of seq is the order of commit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use sqlx::{AnyConnection, Row as _};
 
-use super::{Dialect, Store, placeholders, shaped_chunks, tuples};
+use super::groups::{element, elements};
+use super::{Dialect, Store, json, lookup};
 
 pub use crate::protocol::UserEvent;
 
@@ -45,35 +46,34 @@ impl StreamWriter {
         if new.is_empty() {
             return Ok(());
         }
-        let values: Vec<String> = (0..new.len())
-            .map(|i| match d {
-                Dialect::Sqlite => "(?, 1, 0)".to_string(),
-                Dialect::Postgres => format!("(${}, 1, 0)", i + 1),
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO user_streams (user_id, epoch, last_seq) VALUES {} \
-             ON CONFLICT (user_id) DO NOTHING",
-            values.join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for u in &new {
-            q = q.bind(*u);
-        }
-        q.execute(&mut *conn).await?;
-        let lock = match d {
-            Dialect::Postgres => " FOR UPDATE",
-            Dialect::Sqlite => "",
+        // The users as one JSON argument: one statement of one shape each, whatever their
+        // number (a list of placeholders was a shape per count, in chunks).
+        let users = json(&new.iter().map(|u| [*u]).collect::<Vec<_>>());
+        let (user, from) = elements(d, "$1", &[false]);
+        sqlx::query(&format!(
+            "INSERT INTO user_streams (user_id, epoch, last_seq) SELECT {user}, 1, 0 \
+             FROM {from} WHERE true ON CONFLICT (user_id) DO NOTHING"
+        ))
+        .bind(&users)
+        .execute(&mut *conn)
+        .await?;
+        // On PostgreSQL each head is locked as its index probe reads it, in the order of
+        // `new` (sorted), the same order for every change.
+        let sql = match d {
+            Dialect::Postgres => format!(
+                "SELECT s.user_id, s.epoch, s.last_seq FROM {from} CROSS JOIN LATERAL \
+                 (SELECT user_id, epoch, last_seq FROM user_streams WHERE user_id = {user} \
+                 OFFSET 0 FOR UPDATE) s"
+            ),
+            Dialect::Sqlite => lookup(
+                d,
+                "user_id, epoch, last_seq",
+                "user_streams",
+                &[("user_id", false)],
+                "",
+            ),
         };
-        let sql = format!(
-            "SELECT user_id, epoch, last_seq FROM user_streams WHERE user_id IN ({}) \
-             ORDER BY user_id{lock}",
-            placeholders(d, 1, new.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for u in &new {
-            q = q.bind(*u);
-        }
+        let q = sqlx::query(&sql).bind(&users);
         for row in q.fetch_all(&mut *conn).await? {
             self.heads
                 .insert(row.try_get(0)?, (row.try_get(1)?, row.try_get(2)?));
@@ -105,50 +105,54 @@ impl StreamWriter {
         });
     }
 
-    /// Writes the events and the heads (a few multi-row statements however many users a
-    /// change concerns); returns the events to push after commit.
+    /// Writes the events and the heads (two statements however many users a change
+    /// concerns); returns the events to push after commit.
     pub async fn finish(
         self,
         d: Dialect,
         conn: &mut AnyConnection,
     ) -> sqlx::Result<Vec<UserEvent>> {
-        for chunk in shaped_chunks(&self.events) {
-            let sql = format!(
-                "INSERT INTO user_events (user_id, epoch, seq, event, content_type, data, server_time) \
-                 VALUES {}",
-                tuples(d, chunk.len(), 7)
-            );
-            let mut q = sqlx::query(&sql);
-            for e in chunk {
-                q = q
-                    .bind(e.user_id.as_str())
-                    .bind(e.epoch)
-                    .bind(e.seq)
-                    .bind(e.event.as_str())
-                    .bind(e.content_type.map(i64::from))
-                    .bind(e.data.as_str())
-                    .bind(e.server_time);
-            }
-            q.execute(&mut *conn).await?;
+        if self.events.is_empty() {
+            return Ok(self.events);
         }
-        let moved: Vec<(&String, i64)> = self
+        let events: Vec<_> = self
+            .events
+            .iter()
+            .map(|e| {
+                (
+                    e.user_id.as_str(),
+                    e.epoch,
+                    e.seq,
+                    e.event.as_str(),
+                    e.content_type,
+                    e.data.as_str(),
+                    e.server_time,
+                )
+            })
+            .collect();
+        let (columns, from) = elements(d, "$1", &[false, true, true, false, true, false, true]);
+        sqlx::query(&format!(
+            "INSERT INTO user_events (user_id, epoch, seq, event, content_type, data, \
+             server_time) SELECT {columns} FROM {from}"
+        ))
+        .bind(json(&events))
+        .execute(&mut *conn)
+        .await?;
+        let appended: HashSet<&str> = self.events.iter().map(|e| e.user_id.as_str()).collect();
+        let moved: Vec<(&str, i64)> = self
             .heads
             .iter()
-            .filter(|(user, _)| self.events.iter().any(|e| &e.user_id == *user))
-            .map(|(user, (_, last))| (user, *last))
+            .filter(|(user, _)| appended.contains(user.as_str()))
+            .map(|(user, (_, last))| (user.as_str(), *last))
             .collect();
-        for chunk in shaped_chunks(&moved) {
-            let sql = format!(
-                "UPDATE user_streams SET last_seq = v.column2 FROM (VALUES {}) AS v \
-                 WHERE user_streams.user_id = v.column1",
-                tuples(d, chunk.len(), 2)
-            );
-            let mut q = sqlx::query(&sql);
-            for (user, last) in chunk {
-                q = q.bind(user.as_str()).bind(*last);
-            }
-            q.execute(&mut *conn).await?;
-        }
+        let (user, last) = (element(d, 0, false), element(d, 1, true));
+        sqlx::query(&format!(
+            "UPDATE user_streams SET last_seq = {last} FROM {from} \
+             WHERE user_streams.user_id = {user}"
+        ))
+        .bind(json(&moved))
+        .execute(&mut *conn)
+        .await?;
         Ok(self.events)
     }
 }

@@ -144,13 +144,7 @@ impl IdGen {
         }
     }
 
-    /// The last id given out (0 before the first): every later one is greater.
-    pub fn last(&self) -> i64 {
-        let s = self.state.lock().expect("id state");
-        (s.0 << 22) | (self.node << 12) | s.1
-    }
-
-    /// Whether `id` was given out by this node after `last` (an id `last` returned).
+    /// Whether `id` was given out by this node after `last` (an id `next` returned).
     pub fn given_since(&self, last: i64, id: i64) -> bool {
         id > last && (id >> 12) & 0x3ff == self.node
     }
@@ -179,10 +173,10 @@ pub struct BatchContext<'a> {
     pub ids: &'a IdGen,
     pub recipients: &'a RecipientCache,
     /// A run again of a batch whose connection broke (`BatchError::Broken`,
-    /// `BrokenInCommit`): the last id `ids` gave out before its first run. A send found
-    /// stored with an id this node gave out since was stored by that earlier run, whose
-    /// answer was lost (a sender's sends go to one committer, which runs one batch at a
-    /// time).
+    /// `BrokenInCommit`): an id `ids` gave out before its first run. A send found stored
+    /// in its own conversation with an id this node gave out since was stored by that
+    /// earlier run, whose answer was lost: a conversation's sends go to one committer,
+    /// which runs one batch at a time.
     pub rerun_after: Option<i64>,
 }
 
@@ -488,6 +482,7 @@ async fn run(
                 // own message, answered and pushed as new (its offline notice too), once.
                 if let Some((stored, false)) = stored_before.get(&key)
                     && ctx.stored_earlier(stored.msg_id)
+                    && targets.conversation_of(m) == Ok(stored.conversation_id)
                 {
                     let stored = stored.clone();
                     stored_before.remove(&key);

@@ -227,7 +227,9 @@ async fn commit_with_retries(
     recall_window_ms: i64,
 ) -> Result<Vec<Outcome>, BatchError> {
     let (mut conflicts, mut broken) = (0, 0);
-    let last_id = ids.last();
+    // An id of now: greater than every id this node gave out before (in this process or,
+    // with the clock moving forward, an earlier one).
+    let last_id = ids.next(now_ms());
     // PostgreSQL: one budget for the batch and its runs again.
     let until = store
         .batch_budget()

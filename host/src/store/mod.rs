@@ -740,10 +740,16 @@ impl Store {
         match self.dialect {
             Dialect::Postgres => {
                 if writer.postgres.is_none() {
+                    // Generic plans, which do not depend on the values (every look-up is an
+                    // index probe per key), and never a sequential scan: a generic plan
+                    // made while a table is still empty (a new database) scans it for
+                    // every key, and keeps doing so on this connection as the table grows.
                     let mut conn = self.write.acquire().await.map_err(noted)?.detach();
-                    conn.execute("SET plan_cache_mode = auto")
-                        .await
-                        .map_err(noted)?;
+                    conn.execute(sqlx::raw_sql(
+                        "SET plan_cache_mode = auto; SET enable_seqscan = off",
+                    ))
+                    .await
+                    .map_err(noted)?;
                     writer.postgres = Some(conn);
                 }
                 let mut tx = BatchTx {

@@ -13,8 +13,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::{Duration, Instant};
 
+use common::groups::gtext;
 use common::server::{
     ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, ok, peer, send_err, send_ok, setup, text,
+    with_token,
 };
 use common::webhook::{Mode, Receiver};
 use serde_json::{Value, json};
@@ -1508,21 +1510,14 @@ async fn a_commit_whose_answer_is_lost_is_acked_and_delivered_once() {
         through_a_relay("pg-lost", &push).await;
     // bob is offline with a push token (none when "before" was sent: no notice for it);
     // carol is online in a group alice texted before, so its committer remembers it too.
-    let device = json!({"deviceId": "phone", "platform": "ios"});
-    ok(&s, &bob, "POST", "/v1/devices", Some(device)).await;
-    let token = json!({"provider": "apns", "token": "token-of-bob"});
-    ok(&s, &bob, "PUT", "/v1/devices/phone/push", Some(token)).await;
+    with_token(&s, &bob, "phone").await;
     let carol = s.user("carol").await;
     let group = json!({"name": "G", "members": ["carol"]});
     let gid = ok(&s, &alice, "POST", "/v1/groups", Some(group)).await["conversationId"]
         .as_i64()
         .unwrap();
     let mut c = s.connect(&carol, "laptop").await;
-    let in_group = |id: &str, body: &str| {
-        json!({"type": "send", "id": id, "clientMsgId": id, "conversationType": 2,
-            "conversationId": gid, "contentType": 1, "payload": {"text": body}})
-    };
-    send_ok(&mut ws, in_group("g1", "g-before")).await;
+    send_ok(&mut ws, gtext("g1", gid, 2, "g-before")).await;
     c.until(|f| f["type"] == "notify" && f["payload"]["text"] == "g-before")
         .await;
 
@@ -1554,7 +1549,7 @@ async fn a_commit_whose_answer_is_lost_is_acked_and_delivered_once() {
 
     // In a group too: carol's device gets the message whose answer was lost.
     relay.lose_answers();
-    let acked = send_ok(&mut ws, in_group("g2", "g-during")).await;
+    let acked = send_ok(&mut ws, gtext("g2", gid, 2, "g-during")).await;
     assert_eq!(acked["duplicate"], false, "{acked}");
     let (got, _) = c
         .until(|f| f["type"] == "notify" && f["payload"]["text"] == "g-during")

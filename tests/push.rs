@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::server::{
-    ADMIN_TOKEN, Backend, Db, Server, User, call, conv, ok, peer, request, send_ok, text,
+    ADMIN_TOKEN, Backend, Db, Server, call, conv, ok, peer, request, send_ok, text, with_token,
 };
 use common::webhook::{Got, Mode, Receiver};
 use hmac::{Hmac, Mac as _};
@@ -36,26 +36,6 @@ async fn server(b: &Backend, name: &str, r: &Receiver, push: &str) -> (Db, Serve
     );
     let s = Server::start(&db, &extra).await;
     (db, s)
-}
-
-/// `u` has a device `device` with a push token, and no connection.
-async fn with_token(s: &Server, u: &User, device: &str) {
-    ok(
-        s,
-        u,
-        "POST",
-        "/v1/devices",
-        Some(json!({"deviceId": device, "platform": "ios"})),
-    )
-    .await;
-    ok(
-        s,
-        u,
-        "PUT",
-        &format!("/v1/devices/{device}/push"),
-        Some(json!({"provider": "apns", "token": format!("token-of-{}", u.id)})),
-    )
-    .await;
 }
 
 /// The counter `courier_push_notices_total{outcome}` now.

@@ -889,6 +889,27 @@ pub async fn call(
     s.http(method, path, Some(&u.token), body).await
 }
 
+/// `u` has a device `device` with a push token (`token-of-` and the user's id), and no
+/// connection.
+pub async fn with_token(s: &Server, u: &User, device: &str) {
+    ok(
+        s,
+        u,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": device, "platform": "ios"})),
+    )
+    .await;
+    ok(
+        s,
+        u,
+        "PUT",
+        &format!("/v1/devices/{device}/push"),
+        Some(json!({"provider": "apns", "token": format!("token-of-{}", u.id)})),
+    )
+    .await;
+}
+
 /// A request that must answer 200; its body.
 pub async fn ok(s: &Server, u: &User, method: &str, path: &str, body: Option<Value>) -> Value {
     let (status, got) = call(s, u, method, path, body).await;

@@ -478,26 +478,6 @@ async fn run(
         let outcome = match op {
             Op::Send(m) => {
                 let key = (m.sender_id.clone(), m.client_msg_id.clone());
-                // Stored by an earlier run of this batch whose answer was lost: this send's
-                // own message, answered and pushed as new (its offline notice too), once.
-                if let Some((stored, false)) = stored_before.get(&key)
-                    && ctx.stored_earlier(stored.msg_id)
-                    && targets.conversation_of(m) == Ok(stored.conversation_id)
-                {
-                    let stored = stored.clone();
-                    stored_before.remove(&key);
-                    in_batch.insert(key, stored.clone());
-                    let recipients = members
-                        .get_mut(&stored.conversation_id)
-                        .map(Members::recipients)
-                        .unwrap_or_else(|| Arc::from([]));
-                    outcomes.push(Outcome::Sent {
-                        message: stored,
-                        duplicate: false,
-                        recipients,
-                    });
-                    continue;
-                }
                 let earlier = match (stored_before.get(&key), in_batch.get(&key)) {
                     // Pushed again unless recalled since (its payload is hidden now).
                     (Some((m, recalled)), _) => Some((m.clone(), !recalled)),
@@ -506,11 +486,23 @@ async fn run(
                     (None, None) => None,
                 };
                 if let Some((original, push_again)) = earlier {
+                    // Stored by an earlier run of this batch whose answer was lost: this
+                    // send's own message, answered and pushed as new (its offline notice
+                    // too); a later send with its key in this batch is a resend of it.
+                    let own = push_again
+                        && ctx.stored_earlier(original.msg_id)
+                        && targets.conversation_of(m) == Ok(original.conversation_id);
+                    if own {
+                        stored_before.remove(&key);
+                        in_batch.insert(key, original.clone());
+                    }
                     let recipients = match push_again {
                         false => Arc::from([]),
                         // In a group, today's members are not those who could see it: only
                         // the sender's own devices get it again.
-                        true if original.conversation_type >= 2 => Arc::from([m.sender_id.clone()]),
+                        true if original.conversation_type >= 2 && !own => {
+                            Arc::from([m.sender_id.clone()])
+                        }
                         true => members
                             .get_mut(&original.conversation_id)
                             .map(Members::recipients)
@@ -518,7 +510,7 @@ async fn run(
                     };
                     Outcome::Sent {
                         message: original,
-                        duplicate: true,
+                        duplicate: !own,
                         recipients,
                     }
                 } else {

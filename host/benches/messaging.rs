@@ -25,6 +25,7 @@
 //! `BENCH_SECS` (default 5) sets the length of each timed phase;
 //! `BENCH_ONLY=sqlite|sqlite-full|sqlite-normal|postgres` picks the databases and
 //! `BENCH_PHASES=seq,tp,lat,pingpong,pull,live,mem,group,mega,receipts,offline` the figures;
+//! `BENCH_STORAGE` adds lines to the `[storage]` section of every server (`committers = 1`);
 //! `BENCH_REPEAT=5` runs the latency phase five times (the summary adds the median of their
 //! p99s), and `BENCH_LAT_BYTES=600` pads its messages' text to about that many bytes
 //! (default: the send time alone, about 10). Each timed phase also prints the server's CPU
@@ -1168,6 +1169,10 @@ async fn run(name: &str, backend: Backend, storage: &str, secs: f64) -> Figures 
         ..Figures::default()
     };
     let db = Db::new(&backend, &format!("bench-{name}")).await;
+    let storage = &format!(
+        "{storage}\n{}",
+        std::env::var("BENCH_STORAGE").unwrap_or_default()
+    );
     let server = start(&db, storage).await;
     eprintln!(
         "[{name}] server on {} (pid {:?})",

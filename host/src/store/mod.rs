@@ -1044,7 +1044,7 @@ mod tests {
 
     /// A fresh SQLite store in a folder of its own under the system's temporary folder
     /// (removed first, if an earlier run left it), and that folder.
-    async fn scratch_store(name: &str) -> (std::path::PathBuf, Store) {
+    pub(super) async fn scratch_store(name: &str) -> (std::path::PathBuf, Store) {
         let dir = std::env::temp_dir().join(format!("courier-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = StorageConfig {

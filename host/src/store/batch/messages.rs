@@ -51,9 +51,11 @@ pub struct Written {
 /// statement fails with `BatchError::Stale`), the read and delivered positions (they only
 /// move forward, and a read moves the delivered position too); then the recall marks.
 /// `opening` starts the statement (SQLite's `BEGIN` when nothing came before it) and
-/// `closing` ends it when nothing follows it (SQLite's `COMMIT`, see `BatchTx`). Its
-/// arguments are JSON arrays, so every batch runs the same prepared statement whatever its
-/// size.
+/// `closing` ends it when nothing follows it (SQLite's `COMMIT`, see `BatchTx`). On
+/// PostgreSQL its arguments are JSON arrays, so every batch runs the same prepared
+/// statement (with generic plans) whatever its size; on SQLite, which runs in the process
+/// and spent a quarter of a send's instructions taking JSON arguments apart, the rows are
+/// bound as parameters, in a few prepared shapes (`write_sqlite`).
 pub async fn write(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -62,7 +64,7 @@ pub async fn write(
     closing: &str,
 ) -> Result<Written, BatchError> {
     let (heads, which) = w.heads;
-    let messages: Vec<_> = w
+    let messages: Vec<MessageRow> = w
         .pending
         .messages
         .iter()
@@ -73,7 +75,7 @@ pub async fn write(
                 m.msg_id,
                 m.sender_id.as_str(),
                 client_msg_id.as_str(),
-                m.content_type,
+                i64::from(m.content_type),
                 m.payload.as_str(),
                 m.server_time,
                 i64::from(*counts),
@@ -81,7 +83,7 @@ pub async fn write(
             )
         })
         .collect();
-    let heads: Vec<_> = heads
+    let heads: Vec<HeadRow> = heads
         .values()
         .filter(|h| h.dirty || which == Heads::Checked)
         .map(|h| {
@@ -98,6 +100,8 @@ pub async fn write(
         })
         .collect();
     let positions = positions(w.reads, w.delivered);
+    // Where positions are, read back only for a `received`'s answer.
+    let answers = !w.delivered.is_empty();
     let mut written = Written::default();
     if !(messages.is_empty() && heads.is_empty() && positions.is_empty()) {
         // The transaction ends with it, unless recall marks follow.
@@ -108,27 +112,38 @@ pub async fn write(
                 closing
             }
         };
-        let sql = match (opening, closing) {
-            ("", "") => std::borrow::Cow::Borrowed(write_sql(d)),
-            _ => std::borrow::Cow::Owned(format!("{opening}{}{closing}", write_sql(d))),
+        let rows = match d {
+            Dialect::Postgres => {
+                let sql = match (opening, closing) {
+                    ("", "") => std::borrow::Cow::Borrowed(postgres_write_sql(answers)),
+                    _ => std::borrow::Cow::Owned(format!(
+                        "{opening}{}{closing}",
+                        postgres_write_sql(answers)
+                    )),
+                };
+                sqlx::query(&sql)
+                    .bind(json(&messages))
+                    .bind(json(&heads))
+                    .bind(json(&positions))
+                    .bind(w.now)
+                    // The heads again as an array, so the update finds them by index.
+                    .bind(format!(
+                        "{{{}}}",
+                        heads
+                            .iter()
+                            .map(|h| h.0.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(classify)?
+            }
+            Dialect::Sqlite => {
+                let rows = (&heads[..], &messages[..], &positions[..]);
+                write_sqlite(conn, rows, w.now, answers, (opening, closing)).await?
+            }
         };
-        let rows = sqlx::query(&sql)
-            .bind(json(&messages))
-            .bind(json(&heads))
-            .bind(json(&positions))
-            .bind(w.now)
-            // PostgreSQL: the heads again as an array, so the update finds them by index.
-            .bind(format!(
-                "{{{}}}",
-                heads
-                    .iter()
-                    .map(|h| h.0.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(classify)?;
         // (0 before or 1 after, user, conversation, delivered): where the positions a
         // `received` asked to move were (a read counting as delivered), and where those
         // the upsert wrote are.
@@ -170,6 +185,181 @@ pub async fn write(
     Ok(written)
 }
 
+/// A new message's row: conversation, seq, msg id, sender, `clientMsgId`, content type,
+/// payload, server time, counts toward unread, the running count.
+type MessageRow<'a> = (i64, i64, i64, &'a str, &'a str, i64, &'a str, i64, i64, i64);
+
+/// A head's row: id, last seq, count, the last seq and version as read, moved, created by
+/// this transaction.
+type HeadRow = (i64, i64, i64, i64, i64, i64, i64);
+
+/// A position's row (`positions`).
+type PositionRow<'a> = (&'a str, i64, i64, i64, i64, i64);
+
+/// Rows of each kind one SQLite statement of a write takes at most: 22 parameters a row
+/// stay within SQLite's 32,766.
+const SQLITE_ROWS: usize = 1024;
+
+/// SQLite's `write`: the rows bound as parameters of `VALUES` lists (`sqlite_write_sql`),
+/// in one call of a statement per 1,024 rows of each kind (one for any batch up to that),
+/// the first call after `opening` and the last before `closing`. Each list is padded with
+/// NULL rows to the next power of two, which the statements skip, so there are eleven
+/// sizes of it, each with or without `answers` and the transaction's `BEGIN` and `COMMIT`,
+/// and a connection prepares each it meets once (sqlx's cache keeps 100 statements).
+async fn write_sqlite(
+    conn: &mut AnyConnection,
+    (heads, messages, positions): (&[HeadRow], &[MessageRow<'_>], &[PositionRow<'_>]),
+    now: i64,
+    answers: bool,
+    (opening, closing): (&str, &str),
+) -> Result<Vec<sqlx::any::AnyRow>, BatchError> {
+    let longest = heads.len().max(messages.len()).max(positions.len());
+    let calls = longest.div_ceil(SQLITE_ROWS).max(1);
+    let mut rows = Vec::new();
+    for call in 0..calls {
+        let part = |len: usize| (call * SQLITE_ROWS).min(len)..((call + 1) * SQLITE_ROWS).min(len);
+        let heads = &heads[part(heads.len())];
+        let messages = &messages[part(messages.len())];
+        let positions = &positions[part(positions.len())];
+        let shape = heads
+            .len()
+            .max(messages.len())
+            .max(positions.len())
+            .next_power_of_two();
+        let body = sqlite_write_sql(shape, answers);
+        let opening = if call == 0 { opening } else { "" };
+        let closing = if call + 1 == calls { closing } else { "" };
+        let sql = match (opening, closing) {
+            ("", "") => std::borrow::Cow::Borrowed(body),
+            _ => std::borrow::Cow::Owned(format!("{opening}{body}{closing}")),
+        };
+        // In the order of the statements' parameters.
+        let mut q = sqlx::query(&sql).bind(now);
+        for i in 0..shape {
+            q = match heads.get(i) {
+                Some(&(id, last, acc, base, version, moved, _)) => q
+                    .bind(id)
+                    .bind(last)
+                    .bind(acc)
+                    .bind(base)
+                    .bind(version)
+                    .bind(moved),
+                None => (0..6).fold(q, |q, _| q.bind(None::<i64>)),
+            };
+        }
+        for i in 0..shape {
+            q = match messages.get(i) {
+                Some(&(
+                    conversation,
+                    seq,
+                    msg_id,
+                    sender,
+                    client,
+                    kind,
+                    payload,
+                    time,
+                    counts,
+                    acc,
+                )) => q
+                    .bind(conversation)
+                    .bind(seq)
+                    .bind(msg_id)
+                    .bind(sender)
+                    .bind(client)
+                    .bind(kind)
+                    .bind(payload)
+                    .bind(time)
+                    .bind(counts)
+                    .bind(acc),
+                None => (0..10).fold(q, |q, _| q.bind(None::<i64>)),
+            };
+        }
+        if answers {
+            q = bind_positions(q, positions, shape);
+        }
+        q = bind_positions(q.bind(now), positions, shape);
+        rows.extend(q.fetch_all(&mut *conn).await.map_err(classify)?);
+    }
+    Ok(rows)
+}
+
+/// Binds `shape` rows of positions, the padding NULL.
+fn bind_positions<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    positions: &[PositionRow<'q>],
+    shape: usize,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for i in 0..shape {
+        q = match positions.get(i) {
+            Some(&(user, conversation, read, acc, delivered, asked)) => q
+                .bind(user)
+                .bind(conversation)
+                .bind(read)
+                .bind(acc)
+                .bind(delivered)
+                .bind(asked),
+            None => (0..6).fold(q, |q, _| q.bind(None::<i64>)),
+        };
+    }
+    q
+}
+
+/// SQLite's statements of `write` for `shape` rows of each kind (a power of two up to
+/// `SQLITE_ROWS`), whose parameters are nameless (SQLite finds a named one's name by
+/// walking a list, so binding thousands by name took quadratic time): now and six a head
+/// (as `HeadRow`, without `created`), ten a message, with `answers` six a position, now
+/// and six a position again. Statements in one call: one hand-off to the
+/// database's thread. The heads first: a head that moved fails the call before anything
+/// else is written. `OR FAIL`: a failed statement is never undone on its own (the whole
+/// transaction is rolled back), so SQLite keeps no statement journal for it. The positions
+/// as they were are read just before they are written (with `answers`, as PostgreSQL's).
+/// A padding row is all NULL: it matches no head and no position, and the inserts skip it.
+fn sqlite_write_sql(shape: usize, answers: bool) -> &'static str {
+    const SHAPES: usize = SQLITE_ROWS.trailing_zeros() as usize + 1;
+    static SQL: [[std::sync::OnceLock<String>; 2]; SHAPES] = [const {
+        [
+            const { std::sync::OnceLock::new() },
+            const { std::sync::OnceLock::new() },
+        ]
+    }; SHAPES];
+    debug_assert!(shape.is_power_of_two() && shape <= SQLITE_ROWS);
+    SQL[shape.trailing_zeros() as usize][usize::from(answers)].get_or_init(|| {
+        // `VALUES` rows of `width` parameters each.
+        let values = |width: usize| {
+            let row = format!("({})", vec!["?"; width].join(","));
+            format!("(VALUES {})", vec![row; shape].join(","))
+        };
+        let (heads, messages, positions) = (values(6), values(10), values(6));
+        let mut sql = format!(
+            "UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.column4 \
+             AND version = e.column5 THEN e.column2 END, unread_acc = e.column3, \
+             last_time = CASE WHEN e.column6 = 1 THEN ? ELSE last_time END \
+             FROM {heads} AS e WHERE conversations.conversation_id = e.column1; \
+             INSERT OR FAIL INTO messages (conversation_id, seq, msg_id, sender_id, \
+             client_msg_id, content_type, payload, server_time, counts_unread, unread_acc) \
+             SELECT * FROM {messages} WHERE column1 IS NOT NULL; "
+        );
+        if answers {
+            sql += &format!(
+                "SELECT 0, p.user_id, p.conversation_id, max(p.delivered_seq, p.read_seq) \
+                 FROM {positions} AS e JOIN read_positions p ON p.user_id = e.column1 \
+                 AND p.conversation_id = e.column2 WHERE e.column6 = 1; "
+            );
+        }
+        sql += &UPSERT.replace("GREATEST", "max").replace(
+            "{rows}",
+            &format!(
+                "SELECT column1, column2, column3, column4, column5, ? \
+                 FROM {positions} WHERE column1 IS NOT NULL"
+            ),
+        );
+        if answers {
+            sql += " RETURNING 1, user_id, conversation_id, delivered_seq";
+        }
+        sql
+    })
+}
+
 /// The position rows of a write: (user, conversation, read seq, its running count,
 /// delivered seq, 1 where a `received` asked for it), 0 where the batch moves only the
 /// other; a read delivers too. Only a `received` is answered with where the position is
@@ -177,7 +367,7 @@ pub async fn write(
 fn positions<'a>(
     reads: &'a HashMap<(String, i64), (i64, i64)>,
     delivered: &'a HashMap<(String, i64), i64>,
-) -> Vec<(&'a str, i64, i64, i64, i64, i64)> {
+) -> Vec<PositionRow<'a>> {
     let mut rows: HashMap<(&str, i64), (i64, i64, i64, i64)> = HashMap::new();
     for ((user, conversation), (seq, acc)) in reads {
         rows.insert((user.as_str(), *conversation), (*seq, *acc, *seq, 0));
@@ -196,27 +386,52 @@ fn positions<'a>(
         .collect()
 }
 
-/// The statement of `write`: `$1` messages, `$2` heads (id, last seq, count, the last seq
-/// and version as read, moved, created by this transaction), `$3` positions (user,
-/// conversation, read seq, its count, delivered seq, 1 if a `received` asked), `$4` now,
-/// `$5` the heads' ids (PostgreSQL). A head whose last seq or version is not as read gets
-/// a NULL last seq: a NOT NULL violation, which fails the statement (`BatchError::Stale`);
-/// the version of a head this transaction created is not compared (none was read, and no
-/// one else could move it). It answers where the delivered positions a `received` asked to
-/// move were (kind 0: the greater of delivered and read), where every position it wrote
-/// is (kind 1), and the versions of the created heads it wrote (kind 2: PostgreSQL, the
-/// only one that creates heads without reading them).
-fn write_sql(d: Dialect) -> &'static str {
-    match d {
-        // One statement: the inserts and the update run as data-modifying CTEs; the
-        // positions as they were come from the statement's snapshot, before its upsert.
-        Dialect::Postgres => {
+/// The read positions' upsert (`{rows}` the rows to write): they only move forward, and
+/// a read delivers too.
+const UPSERT: &str = "INSERT INTO read_positions (user_id, conversation_id, read_seq, \
+     read_acc, delivered_seq, updated_at) {rows} \
+     ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
+     read_seq = GREATEST(read_positions.read_seq, excluded.read_seq), \
+     read_acc = CASE WHEN excluded.read_seq > read_positions.read_seq \
+     THEN excluded.read_acc ELSE read_positions.read_acc END, \
+     delivered_seq = GREATEST(read_positions.delivered_seq, excluded.delivered_seq), \
+     updated_at = excluded.updated_at \
+     WHERE excluded.read_seq > read_positions.read_seq \
+     OR excluded.delivered_seq > read_positions.delivered_seq";
+
+/// PostgreSQL's statement of `write`: `$1` messages, `$2` heads (`HeadRow`), `$3`
+/// positions (`PositionRow`), `$4` now, `$5` the heads' ids. A head whose last seq or
+/// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
+/// statement (`BatchError::Stale`); the version of a head this transaction created is not
+/// compared (none was read, and no one else could move it). It answers the versions of
+/// the created heads it wrote (kind 2: PostgreSQL is the only one that creates heads
+/// without reading them) and, with `answers` (a `received` asks where a delivered position
+/// is), where the delivered positions a `received` asked to move were (kind 0: the greater
+/// of delivered and read) and where every position it wrote is (kind 1). Without a
+/// `received` in the batch nothing reads those, so that statement neither looks them up
+/// nor sends a row back for every read position a send moved. One statement: the inserts
+/// and the update run as data-modifying CTEs; the positions as they were come from the
+/// statement's snapshot, before its upsert.
+fn postgres_write_sql(answers: bool) -> &'static str {
+    static SQL: [std::sync::OnceLock<String>; 2] = [
+        const { std::sync::OnceLock::new() },
+        const { std::sync::OnceLock::new() },
+    ];
+    SQL[usize::from(answers)].get_or_init(|| {
+        let upsert = UPSERT.replace(
+            "{rows}",
+            "SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), \
+             CAST(e->>3 AS BIGINT), CAST(e->>4 AS BIGINT), $4 \
+             FROM jsonb_array_elements(CAST($3 AS jsonb)) e",
+        );
+        let mut sql = String::from(
             "WITH new_messages AS (INSERT INTO messages (conversation_id, seq, msg_id, \
              sender_id, client_msg_id, content_type, payload, server_time, counts_unread, \
              unread_acc) \
-             SELECT CAST(e->>0 AS BIGINT), CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), e->>3, \
-             e->>4, CAST(e->>5 AS BIGINT), e->>6, CAST(e->>7 AS BIGINT), CAST(e->>8 AS BIGINT), \
-             CAST(e->>9 AS BIGINT) FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
+             SELECT CAST(e->>0 AS BIGINT), CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), \
+             e->>3, e->>4, CAST(e->>5 AS BIGINT), e->>6, CAST(e->>7 AS BIGINT), \
+             CAST(e->>8 AS BIGINT), CAST(e->>9 AS BIGINT) \
+             FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
              moved_heads AS (UPDATE conversations SET last_seq = CASE \
              WHEN conversations.last_seq = CAST(e->>3 AS BIGINT) \
              AND (e->>6 = '1' OR conversations.version = CAST(e->>4 AS BIGINT)) \
@@ -226,69 +441,29 @@ fn write_sql(d: Dialect) -> &'static str {
              FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
              WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
              AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[])) \
-             RETURNING conversations.conversation_id, conversations.version, e->>6 AS created), \
-             before AS (SELECT p.user_id, p.conversation_id, p.delivered \
-             FROM jsonb_array_elements(CAST($3 AS jsonb)) e CROSS JOIN LATERAL \
-             (SELECT user_id, conversation_id, GREATEST(delivered_seq, read_seq) AS delivered \
-             FROM read_positions \
-             WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) \
-             AND e->>5 = '1' OFFSET 0) p), \
-             moved AS (INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
-             delivered_seq, updated_at) \
-             SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), CAST(e->>3 AS BIGINT), \
-             CAST(e->>4 AS BIGINT), $4 FROM jsonb_array_elements(CAST($3 AS jsonb)) e \
-             ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
-             read_seq = GREATEST(read_positions.read_seq, excluded.read_seq), \
-             read_acc = CASE WHEN excluded.read_seq > read_positions.read_seq \
-             THEN excluded.read_acc ELSE read_positions.read_acc END, \
-             delivered_seq = GREATEST(read_positions.delivered_seq, excluded.delivered_seq), \
-             updated_at = excluded.updated_at \
-             WHERE excluded.read_seq > read_positions.read_seq \
-             OR excluded.delivered_seq > read_positions.delivered_seq \
-             RETURNING user_id, conversation_id, delivered_seq) \
-             SELECT CAST(0 AS BIGINT), b.user_id, b.conversation_id, b.delivered FROM before b \
-             UNION ALL SELECT CAST(1 AS BIGINT), m.user_id, m.conversation_id, m.delivered_seq \
-             FROM moved m \
-             UNION ALL SELECT CAST(2 AS BIGINT), '', h.conversation_id, h.version \
+             RETURNING conversations.conversation_id, conversations.version, \
+             e->>6 AS created), ",
+        );
+        if answers {
+            sql += "before AS (SELECT p.user_id, p.conversation_id, p.delivered \
+                 FROM jsonb_array_elements(CAST($3 AS jsonb)) e CROSS JOIN LATERAL \
+                 (SELECT user_id, conversation_id, \
+                 GREATEST(delivered_seq, read_seq) AS delivered FROM read_positions \
+                 WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) \
+                 AND e->>5 = '1' OFFSET 0) p), moved AS (";
+            sql += &upsert;
+            sql += " RETURNING user_id, conversation_id, delivered_seq) \
+                 SELECT CAST(0 AS BIGINT), b.user_id, b.conversation_id, b.delivered \
+                 FROM before b UNION ALL SELECT CAST(1 AS BIGINT), m.user_id, \
+                 m.conversation_id, m.delivered_seq FROM moved m UNION ALL ";
+        } else {
+            sql += "moved AS (";
+            sql += &upsert;
+            sql += ") ";
+        }
+        sql + "SELECT CAST(2 AS BIGINT), '', h.conversation_id, h.version \
              FROM moved_heads h WHERE h.created = '1'"
-        }
-        // Statements in one call: one hand-off to the database's thread. The heads first:
-        // a head that moved fails the call before anything else is written. `OR FAIL`: a
-        // failed statement is never undone on its own (the whole transaction is rolled
-        // back), so SQLite keeps no statement journal for it. The positions as they were
-        // are read just before they are written. Each array's elements are taken once
-        // into JSONB (`e`, materialized): `json_each`'s `value` is rendered as text anew
-        // for every `->>` that names it (ten times a message, its payload each time).
-        Dialect::Sqlite => {
-            "WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($2)) \
-             UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.v->>3 \
-             AND version = e.v->>4 THEN e.v->>1 END, unread_acc = e.v->>2, \
-             last_time = CASE WHEN e.v->>5 = 1 THEN $4 ELSE last_time END \
-             FROM e WHERE conversations.conversation_id = e.v->>0; \
-             INSERT OR FAIL INTO messages (conversation_id, seq, msg_id, sender_id, \
-             client_msg_id, content_type, payload, server_time, counts_unread, unread_acc) \
-             WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($1)) \
-             SELECT v->>0, v->>1, v->>2, v->>3, v->>4, v->>5, v->>6, v->>7, v->>8, v->>9 \
-             FROM e; \
-             WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($3)) \
-             SELECT 0, p.user_id, p.conversation_id, max(p.delivered_seq, p.read_seq) \
-             FROM e JOIN read_positions p ON p.user_id = e.v->>0 \
-             AND p.conversation_id = e.v->>1 WHERE e.v->>5 = 1; \
-             INSERT INTO read_positions (user_id, conversation_id, read_seq, read_acc, \
-             delivered_seq, updated_at) \
-             WITH e(v) AS MATERIALIZED (SELECT jsonb(value) FROM json_each($3)) \
-             SELECT v->>0, v->>1, v->>2, v->>3, v->>4, $4 FROM e WHERE true \
-             ON CONFLICT (user_id, conversation_id) DO UPDATE SET \
-             read_seq = max(read_positions.read_seq, excluded.read_seq), \
-             read_acc = CASE WHEN excluded.read_seq > read_positions.read_seq \
-             THEN excluded.read_acc ELSE read_positions.read_acc END, \
-             delivered_seq = max(read_positions.delivered_seq, excluded.delivered_seq), \
-             updated_at = excluded.updated_at \
-             WHERE excluded.read_seq > read_positions.read_seq \
-             OR excluded.delivered_seq > read_positions.delivered_seq \
-             RETURNING 1, user_id, conversation_id, delivered_seq"
-        }
-    }
+    })
 }
 
 /// What a recall needs to know of its target message.
@@ -324,4 +499,142 @@ pub async fn recall_target(
         })
     })
     .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sqlx::Executor as _;
+
+    use super::*;
+    use crate::store::{Writer, tests::scratch_store};
+
+    /// A message of `sender` at `seq` of conversation 1, whose payload needs escaping in
+    /// any text format.
+    fn message(seq: i64, sender: &str) -> (Arc<crate::protocol::Stored>, String, bool, i64) {
+        let stored = crate::protocol::Stored {
+            conversation_id: 1,
+            conversation_type: 1,
+            seq,
+            msg_id: 1_000 + seq,
+            sender_id: sender.into(),
+            content_type: 1,
+            payload: format!(r#"{{"text":"n°{seq} \"q\" \\ ✓"}}"#),
+            server_time: 7,
+        };
+        (Arc::new(stored), format!("c{seq}"), true, seq)
+    }
+
+    /// Writes `pending` and `reads` as one batch with conversation 1's `head` (checked, as
+    /// remembered) and commits it, or rolls it back and answers why.
+    async fn write_batch(
+        store: &crate::store::Store,
+        writer: &mut Writer,
+        head: &Head,
+        pending: &mut Pending,
+        reads: &HashMap<(String, i64), (i64, i64)>,
+    ) -> Result<(), BatchError> {
+        let heads = HashMap::from([(1, head.clone())]);
+        let mut tx = store.begin_batch(writer, false).await.unwrap();
+        let (opening, closing) = (tx.opening(), tx.closing());
+        let w = Writes {
+            pending,
+            heads: (&heads, Heads::Checked),
+            reads,
+            delivered: &HashMap::new(),
+            now: 9,
+        };
+        match write(Dialect::Sqlite, tx.conn(), w, opening, closing).await {
+            Ok(written) => {
+                tx.finish(written.committed).await.unwrap();
+                Ok(())
+            }
+            Err(e) => {
+                tx.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// More rows than one SQLite statement of a write takes (`SQLITE_ROWS`) go in several
+    /// calls of one transaction, and a batch of any size writes each row exactly as given:
+    /// 1 (a padded shape), then 2,500 messages and read positions, then a write whose head
+    /// moved meanwhile, which fails and leaves nothing of itself.
+    #[tokio::test]
+    async fn a_write_of_any_size_stores_every_row_as_given() {
+        let (dir, store) = scratch_store("write-rows").await;
+        let mut writer = Writer::default();
+        let mut head = Head::read(1, 1, 0, 0, 0);
+        {
+            let mut tx = store.begin_batch(&mut writer, true).await.unwrap();
+            tx.conn()
+                .execute(
+                    "INSERT INTO conversations (conversation_id, conversation_type, last_time, \
+                     created_at) VALUES (1, 1, 0, 0)",
+                )
+                .await
+                .unwrap();
+            tx.finish(false).await.unwrap();
+        }
+        let mut next = 1;
+        for size in [1, 2_500] {
+            let mut pending = Pending::default();
+            let mut reads = HashMap::new();
+            for seq in next..next + size {
+                let sender = format!("u{seq}");
+                pending.messages.push(message(seq, &sender));
+                reads.insert((sender, 1), (seq, seq));
+            }
+            next += size;
+            head.last_seq = next - 1;
+            head.unread_acc = next - 1;
+            head.dirty = true;
+            let written = write_batch(&store, &mut writer, &head, &mut pending, &reads).await;
+            written.unwrap();
+            head.base_seq = head.last_seq;
+        }
+        let stored: Vec<(i64, String, String, String)> = sqlx::query_as(
+            "SELECT seq, sender_id, client_msg_id, payload FROM messages ORDER BY seq",
+        )
+        .fetch_all(store.read())
+        .await
+        .unwrap();
+        assert_eq!(stored.len(), 2_501);
+        for (i, (seq, sender, client, payload)) in stored.iter().enumerate() {
+            let (m, c, _, _) = message(i as i64 + 1, &format!("u{}", i + 1));
+            assert_eq!(
+                (*seq, sender, client, payload),
+                (m.seq, &m.sender_id, &c, &m.payload)
+            );
+        }
+        let reads: Vec<(String, i64)> =
+            sqlx::query_as("SELECT user_id, read_seq FROM read_positions")
+                .fetch_all(store.read())
+                .await
+                .unwrap();
+        assert_eq!(reads.len(), 2_501);
+        assert!(reads.iter().all(|(u, s)| *u == format!("u{s}")));
+        let last: i64 = sqlx::query_scalar("SELECT last_seq FROM conversations")
+            .fetch_one(store.read())
+            .await
+            .unwrap();
+        assert_eq!(last, 2_501);
+
+        // A head remembered at seq 2,000 has moved since: nothing of the write stays.
+        let mut pending = Pending::default();
+        pending.messages.push(message(2_001, "late"));
+        head.base_seq = 2_000;
+        head.last_seq = 2_001;
+        let failed = write_batch(&store, &mut writer, &head, &mut pending, &HashMap::new()).await;
+        assert!(matches!(failed, Err(BatchError::Stale)), "{failed:?}");
+        let late: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE sender_id = 'late'")
+                .fetch_one(store.read())
+                .await
+                .unwrap();
+        assert_eq!(late, 0);
+        writer.release();
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -46,7 +46,8 @@ pub struct Written {
     pub versions: HashMap<i64, i64>,
 }
 
-/// Writes what a batch decided so far in one statement (one round trip): the new messages,
+/// Writes what a batch decided so far in one statement (one round trip; on SQLite one call
+/// of four, or one per 1,024 rows of each kind): the new messages,
 /// the heads (each written only if its last seq and version are still as read, else the
 /// statement fails with `BatchError::Stale`), the read and delivered positions (they only
 /// move forward, and a read moves the delivered position too); then the recall marks.
@@ -526,15 +527,16 @@ mod tests {
         (Arc::new(stored), format!("c{seq}"), true, seq)
     }
 
-    /// Writes `pending` and `reads` as one batch with conversation 1's `head` (checked, as
-    /// remembered) and commits it, or rolls it back and answers why.
+    /// Writes `pending`, `reads` and `delivered` as one batch with conversation 1's `head`
+    /// (checked, as remembered) and commits it, or rolls it back and answers why.
     async fn write_batch(
         store: &crate::store::Store,
         writer: &mut Writer,
         head: &Head,
         pending: &mut Pending,
         reads: &HashMap<(String, i64), (i64, i64)>,
-    ) -> Result<(), BatchError> {
+        delivered: &HashMap<(String, i64), i64>,
+    ) -> Result<Written, BatchError> {
         let heads = HashMap::from([(1, head.clone())]);
         let mut tx = store.begin_batch(writer, false).await.unwrap();
         let (opening, closing) = (tx.opening(), tx.closing());
@@ -542,13 +544,13 @@ mod tests {
             pending,
             heads: (&heads, Heads::Checked),
             reads,
-            delivered: &HashMap::new(),
+            delivered,
             now: 9,
         };
         match write(Dialect::Sqlite, tx.conn(), w, opening, closing).await {
             Ok(written) => {
                 tx.finish(written.committed).await.unwrap();
-                Ok(())
+                Ok(written)
             }
             Err(e) => {
                 tx.abort().await;
@@ -559,8 +561,11 @@ mod tests {
 
     /// More rows than one SQLite statement of a write takes (`SQLITE_ROWS`) go in several
     /// calls of one transaction, and a batch of any size writes each row exactly as given:
-    /// 1 (a padded shape), then 2,500 messages and read positions, then a write whose head
-    /// moved meanwhile, which fails and leaves nothing of itself.
+    /// 1 message (a padded shape), then 2,500 messages and read positions with a
+    /// `received` (the statements that answer where positions are) and a read that moves
+    /// an existing position; then two writes that fail and leave nothing of themselves: one
+    /// whose 1,300th message reuses a stored `clientMsgId` (a later call fails after an
+    /// earlier one wrote), one whose head moved meanwhile.
     #[tokio::test]
     async fn a_write_of_any_size_stores_every_row_as_given() {
         let (dir, store) = scratch_store("write-rows").await;
@@ -584,56 +589,116 @@ mod tests {
             for seq in next..next + size {
                 let sender = format!("u{seq}");
                 pending.messages.push(message(seq, &sender));
-                reads.insert((sender, 1), (seq, seq));
+                reads.insert((sender, 1), (seq, seq + 10_000));
+            }
+            let mut delivered = HashMap::new();
+            if size > 1 {
+                // u1 read up to 1 in the first batch; a `received` of a user with no
+                // position yet.
+                reads.insert(("u1".to_string(), 1), (2_000, 12_000));
+                delivered.insert(("r".to_string(), 1), 1_500);
             }
             next += size;
             head.last_seq = next - 1;
             head.unread_acc = next - 1;
             head.dirty = true;
-            let written = write_batch(&store, &mut writer, &head, &mut pending, &reads).await;
-            written.unwrap();
+            let written =
+                write_batch(&store, &mut writer, &head, &mut pending, &reads, &delivered).await;
+            let written = written.unwrap();
+            if size > 1 {
+                let key = ("r".to_string(), 1);
+                assert_eq!(written.positions.get(&key), Some(&1_500));
+                assert_eq!(written.delivered.get(&key), Some(&1_500));
+            }
             head.base_seq = head.last_seq;
         }
-        let stored: Vec<(i64, String, String, String)> = sqlx::query_as(
-            "SELECT seq, sender_id, client_msg_id, payload FROM messages ORDER BY seq",
+        type Row = (i64, i64, String, String, i64, String, i64, i64, i64);
+        let stored: Vec<Row> = sqlx::query_as(
+            "SELECT seq, msg_id, sender_id, client_msg_id, content_type, payload, server_time, \
+             counts_unread, unread_acc FROM messages ORDER BY seq",
         )
         .fetch_all(store.read())
         .await
         .unwrap();
         assert_eq!(stored.len(), 2_501);
-        for (i, (seq, sender, client, payload)) in stored.iter().enumerate() {
-            let (m, c, _, _) = message(i as i64 + 1, &format!("u{}", i + 1));
-            assert_eq!(
-                (*seq, sender, client, payload),
-                (m.seq, &m.sender_id, &c, &m.payload)
+        for (i, row) in stored.iter().enumerate() {
+            let (m, c, _, acc) = message(i as i64 + 1, &format!("u{}", i + 1));
+            let want: Row = (
+                m.seq,
+                m.msg_id,
+                m.sender_id.clone(),
+                c,
+                1,
+                m.payload.clone(),
+                7,
+                1,
+                acc,
             );
+            assert_eq!(row, &want);
         }
-        let reads: Vec<(String, i64)> =
-            sqlx::query_as("SELECT user_id, read_seq FROM read_positions")
+        let positions: Vec<(String, i64, i64, i64)> =
+            sqlx::query_as("SELECT user_id, read_seq, read_acc, delivered_seq FROM read_positions")
                 .fetch_all(store.read())
                 .await
                 .unwrap();
-        assert_eq!(reads.len(), 2_501);
-        assert!(reads.iter().all(|(u, s)| *u == format!("u{s}")));
-        let last: i64 = sqlx::query_scalar("SELECT last_seq FROM conversations")
-            .fetch_one(store.read())
-            .await
-            .unwrap();
-        assert_eq!(last, 2_501);
+        assert_eq!(positions.len(), 2_502);
+        for (user, read, acc, delivered) in positions {
+            let want = match user.as_str() {
+                "u1" => (2_000, 12_000, 2_000),
+                "r" => (0, 0, 1_500),
+                u => {
+                    let n: i64 = u[1..].parse().unwrap();
+                    (n, n + 10_000, n)
+                }
+            };
+            assert_eq!((read, acc, delivered), want, "{user}");
+        }
+        let heads = || async {
+            sqlx::query_scalar::<_, i64>("SELECT last_seq FROM conversations")
+                .fetch_one(store.read())
+                .await
+                .unwrap()
+        };
+        assert_eq!(heads().await, 2_501);
 
-        // A head remembered at seq 2,000 has moved since: nothing of the write stays.
+        // 1,500 messages on a head as it is, the 1,300th a resend of u7's: its call (the
+        // second) fails after the first wrote 1,024.
+        let mut pending = Pending::default();
+        for seq in 2_502..4_002 {
+            pending.messages.push(message(seq, "v"));
+        }
+        pending.messages[1_299] = message(7, "u7");
+        head.last_seq = 4_001;
+        let failed = write_batch(
+            &store,
+            &mut writer,
+            &head,
+            &mut pending,
+            &HashMap::new(),
+            &HashMap::new(),
+        )
+        .await;
+        assert!(matches!(failed, Err(BatchError::Conflict)), "{failed:?}");
+        // A head remembered at seq 2,000 has moved since.
         let mut pending = Pending::default();
         pending.messages.push(message(2_001, "late"));
         head.base_seq = 2_000;
         head.last_seq = 2_001;
-        let failed = write_batch(&store, &mut writer, &head, &mut pending, &HashMap::new()).await;
+        let failed = write_batch(
+            &store,
+            &mut writer,
+            &head,
+            &mut pending,
+            &HashMap::new(),
+            &HashMap::new(),
+        )
+        .await;
         assert!(matches!(failed, Err(BatchError::Stale)), "{failed:?}");
-        let late: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE sender_id = 'late'")
-                .fetch_one(store.read())
-                .await
-                .unwrap();
-        assert_eq!(late, 0);
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages")
+            .fetch_one(store.read())
+            .await
+            .unwrap();
+        assert_eq!((count, heads().await), (2_501, 2_501));
         writer.release();
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row as _};
 
 use super::{BatchError, Head, Pending, classify};
-use crate::store::{Dialect, json};
+use crate::store::{Dialect, json, placeholders};
 
 /// Which heads a batch's write names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,8 +306,7 @@ fn bind_positions<'q>(
 }
 
 /// SQLite's statements of `write` for `shape` rows of each kind (a power of two up to
-/// `SQLITE_ROWS`), whose parameters are nameless (SQLite finds a named one's name by
-/// walking a list, so binding thousands by name took quadratic time): now and six a head
+/// `SQLITE_ROWS`), whose parameters are positional (`placeholders`): now and six a head
 /// (as `HeadRow`, without `created`), ten a message, with `answers` six a position, now
 /// and six a position again. Statements in one call: one hand-off to the
 /// database's thread. The heads first: a head that moved fails the call before anything
@@ -327,7 +326,7 @@ fn sqlite_write_sql(shape: usize, answers: bool) -> &'static str {
     SQL[shape.trailing_zeros() as usize][usize::from(answers)].get_or_init(|| {
         // `VALUES` rows of `width` parameters each.
         let values = |width: usize| {
-            let row = format!("({})", vec!["?"; width].join(","));
+            let row = format!("({})", placeholders(Dialect::Sqlite, 1, width));
             format!("(VALUES {})", vec![row; shape].join(","))
         };
         let (heads, messages, positions) = (values(6), values(10), values(6));
@@ -662,38 +661,34 @@ mod tests {
         assert_eq!(heads().await, 2_501);
 
         // 1,500 messages on a head as it is, the 1,300th a resend of u7's: its call (the
-        // second) fails after the first wrote 1,024.
-        let mut pending = Pending::default();
+        // second) fails after the first wrote 1,024. Then a head remembered at seq 2,000
+        // that has moved since.
+        let mut resend = Pending::default();
         for seq in 2_502..4_002 {
-            pending.messages.push(message(seq, "v"));
+            resend.messages.push(message(seq, "v"));
         }
-        pending.messages[1_299] = message(7, "u7");
-        head.last_seq = 4_001;
-        let failed = write_batch(
-            &store,
-            &mut writer,
-            &head,
-            &mut pending,
-            &HashMap::new(),
-            &HashMap::new(),
-        )
-        .await;
-        assert!(matches!(failed, Err(BatchError::Conflict)), "{failed:?}");
-        // A head remembered at seq 2,000 has moved since.
-        let mut pending = Pending::default();
-        pending.messages.push(message(2_001, "late"));
-        head.base_seq = 2_000;
-        head.last_seq = 2_001;
-        let failed = write_batch(
-            &store,
-            &mut writer,
-            &head,
-            &mut pending,
-            &HashMap::new(),
-            &HashMap::new(),
-        )
-        .await;
-        assert!(matches!(failed, Err(BatchError::Stale)), "{failed:?}");
+        resend.messages[1_299] = message(7, "u7");
+        let mut late = Pending::default();
+        late.messages.push(message(2_001, "late"));
+        for (mut pending, base, last, conflict) in
+            [(resend, 2_501, 4_001, true), (late, 2_000, 2_001, false)]
+        {
+            (head.base_seq, head.last_seq) = (base, last);
+            let none = HashMap::new();
+            let failed = write_batch(
+                &store,
+                &mut writer,
+                &head,
+                &mut pending,
+                &none,
+                &HashMap::new(),
+            )
+            .await;
+            match conflict {
+                true => assert!(matches!(failed, Err(BatchError::Conflict)), "{failed:?}"),
+                false => assert!(matches!(failed, Err(BatchError::Stale)), "{failed:?}"),
+            }
+        }
         let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages")
             .fetch_one(store.read())
             .await

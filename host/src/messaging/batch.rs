@@ -12,9 +12,9 @@ pub use super::known::{Decided, Known};
 use super::rules::{SendView, may_send};
 use crate::protocol::Refused;
 use crate::store::batch::{
-    BatchError, Created, Found, Head, Heads, Members, Pair, Pending, RecipientCache, Stored,
-    Writes, acc_at, committing, complete, create_pairs, creation_locks, lock_first, pair,
-    read_position, recall_target, recalled_counting, write,
+    BatchError, ByConversation, Created, Found, Head, Heads, Members, Pair, Pending,
+    RecipientCache, Stored, Writes, acc_at, committing, complete, create_pairs, creation_locks,
+    lock_first, pair, read_position, recall_target, recalled_counting, write,
 };
 use crate::store::social::blocked_pairs_locking;
 use crate::store::sync::unread;
@@ -348,9 +348,10 @@ impl Targets {
             Target::Conversation(id) => Ok(*id),
             Target::Peer(p) if p == &m.sender_id => Err(Refused::SelfConversation),
             Target::Peer(p)
-                if self
-                    .blocked_by_peer
-                    .contains(&(p.clone(), m.sender_id.clone())) =>
+                if !self.blocked_by_peer.is_empty()
+                    && self
+                        .blocked_by_peer
+                        .contains(&(p.clone(), m.sender_id.clone())) =>
             {
                 Err(Refused::Blocked)
             }
@@ -470,8 +471,9 @@ async fn run(
 
     // 2. Each op in order.
     let mut pending = Pending::default();
-    let mut in_batch: HashMap<(String, String), Arc<Stored>> = HashMap::new();
-    let mut read_moves: HashMap<(String, i64), (i64, i64)> = HashMap::new();
+    // At most an entry a send: made at that size, never grown by rehashing.
+    let mut in_batch: HashMap<(String, String), Arc<Stored>> = HashMap::with_capacity(ops.len());
+    let mut read_moves: HashMap<(String, i64), (i64, i64)> = HashMap::with_capacity(ops.len());
     let mut delivered: HashMap<(String, i64), i64> = HashMap::new();
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {
@@ -635,7 +637,7 @@ async fn flush(
     pending: &mut Pending,
     now: i64,
 ) -> Result<(), BatchError> {
-    let (heads, reads, delivered) = (HashMap::new(), HashMap::new(), HashMap::new());
+    let (heads, reads, delivered) = (ByConversation::default(), HashMap::new(), HashMap::new());
     let writes = Writes {
         pending,
         heads: (&heads, Heads::Moved),
@@ -678,8 +680,8 @@ async fn send(
     conn: &mut AnyConnection,
     m: &NewMessage,
     targets: &Targets,
-    heads: &mut HashMap<i64, Head>,
-    members: &mut HashMap<i64, Members>,
+    heads: &mut ByConversation<Head>,
+    members: &mut ByConversation<Members>,
     pending: &mut Pending,
     ctx: &BatchContext<'_>,
 ) -> Result<Result<(Arc<Stored>, Arc<[String]>, i64), Refused>, BatchError> {
@@ -743,8 +745,8 @@ async fn read(
     user_id: &str,
     conversation_id: i64,
     seq: i64,
-    heads: &HashMap<i64, Head>,
-    members: &mut HashMap<i64, Members>,
+    heads: &ByConversation<Head>,
+    members: &mut ByConversation<Members>,
     read_moves: &mut HashMap<(String, i64), (i64, i64)>,
 ) -> Result<Outcome, BatchError> {
     let (Some(head), Some(mem)) = (
@@ -796,8 +798,8 @@ fn received(
     user_id: &str,
     conversation_id: i64,
     seq: i64,
-    heads: &HashMap<i64, Head>,
-    members: &mut HashMap<i64, Members>,
+    heads: &ByConversation<Head>,
+    members: &mut ByConversation<Members>,
     delivered: &mut HashMap<(String, i64), i64>,
 ) -> Outcome {
     let (Some(head), Some(mem)) = (

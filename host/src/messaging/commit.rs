@@ -52,7 +52,7 @@ impl Reply {
         match self {
             Reply::Socket { to, id } => {
                 let frame = match &a {
-                    Answer::Sent(ack) => frames::ack(id.as_deref(), ack),
+                    Answer::Sent(ack) => frames::send_ack(id.as_deref(), ack),
                     Answer::Read(ack) => frames::ack(id.as_deref(), ack),
                     Answer::Received(ack) => frames::ack(id.as_deref(), ack),
                 };

@@ -5,14 +5,14 @@
 use std::collections::HashMap;
 
 use super::batch::{NewMessage, Op, Target};
-use crate::store::batch::{Head, Members, Pair, pair};
+use crate::store::batch::{ByConversation, Head, Members, Pair, pair};
 
 /// The heads and members a batch decided by, and the private conversations it found by
 /// pair: what the committer remembers after it committed.
 #[derive(Default)]
 pub struct Decided {
-    pub(super) heads: HashMap<i64, Head>,
-    pub(super) members: HashMap<i64, Members>,
+    pub(super) heads: ByConversation<Head>,
+    pub(super) members: ByConversation<Members>,
     pub(super) pairs: HashMap<Pair, i64>,
 }
 
@@ -23,7 +23,7 @@ pub struct Decided {
 /// a group's settings, `migrations/*/0005_head_versions.sql`).
 #[derive(Default)]
 pub struct Known {
-    conversations: HashMap<i64, (Head, Members)>,
+    conversations: ByConversation<(Head, Members)>,
     pairs: HashMap<Pair, i64>,
 }
 
@@ -31,11 +31,16 @@ pub struct Known {
 const KNOWN_MAX: usize = 16_384;
 
 impl Known {
-    /// The conversation `m` goes to, if remembered.
-    fn conversation_of(&self, m: &NewMessage) -> Option<i64> {
+    /// The conversation `m` goes to, if remembered, and the pair it was found by (a
+    /// message to a peer).
+    fn conversation_of(&self, m: &NewMessage) -> Option<(i64, Option<Pair>)> {
         match &m.target {
-            Target::Conversation(id) => Some(*id),
-            Target::Peer(p) if p != &m.sender_id => self.pairs.get(&pair(&m.sender_id, p)).copied(),
+            Target::Conversation(id) => Some((*id, None)),
+            Target::Peer(p) if p != &m.sender_id => {
+                let key = pair(&m.sender_id, p);
+                let id = *self.pairs.get(&key)?;
+                Some((id, Some(key)))
+            }
             Target::Peer(_) => None,
         }
     }
@@ -44,9 +49,14 @@ impl Known {
     /// remembered conversation whose membership row of the sender is remembered too.
     pub(super) fn take(&mut self, ops: &[Op]) -> Option<Decided> {
         let mut ids = Vec::with_capacity(ops.len());
+        let mut pairs = Vec::new();
         for op in ops {
             let id = match op {
-                Op::Send(m) if m.recalls.is_none() => self.conversation_of(m)?,
+                Op::Send(m) if m.recalls.is_none() => {
+                    let (id, key) = self.conversation_of(m)?;
+                    pairs.extend(key.map(|key| (key, id)));
+                    id
+                }
                 Op::Received {
                     conversation_id, ..
                 } => *conversation_id,
@@ -58,16 +68,12 @@ impl Known {
             }
             ids.push(id);
         }
-        let mut decided = Decided::default();
-        for op in ops {
-            if let Op::Send(m) = op
-                && let Target::Peer(p) = &m.target
-            {
-                let key = pair(&m.sender_id, p);
-                let id = self.pairs[&key];
-                decided.pairs.insert(key, id);
-            }
-        }
+        let mut decided = Decided {
+            heads: ByConversation::with_capacity_and_hasher(ids.len(), Default::default()),
+            members: ByConversation::with_capacity_and_hasher(ids.len(), Default::default()),
+            pairs: HashMap::with_capacity(pairs.len()),
+        };
+        decided.pairs.extend(pairs);
         for id in ids {
             if let Some((head, members)) = self.conversations.remove(&id) {
                 decided.heads.insert(id, head);
@@ -81,7 +87,7 @@ impl Known {
     pub(super) fn forget(&mut self, ops: &[Op]) {
         for op in ops {
             let id = match op {
-                Op::Send(m) => self.conversation_of(m),
+                Op::Send(m) => self.conversation_of(m).map(|(id, _)| id),
                 Op::Read { .. } | Op::Received { .. } => op.conversation(),
             };
             if let Some(id) = id {

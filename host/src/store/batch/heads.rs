@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::{AnyConnection, Row as _};
 
 use super::MEMBER_DELETED;
-use super::{BatchError, Head, Members, Pair, RecipientCache, Stored};
+use super::{BatchError, ByConversation, Head, Members, Pair, RecipientCache, Stored};
 use crate::store::groups::current_members;
 use crate::store::{Dialect, json, lookup};
 
@@ -15,8 +15,8 @@ use crate::store::{Dialect, json, lookup};
 /// messages already stored under the `clientMsgId` keys asked for.
 #[derive(Default)]
 pub struct Found {
-    pub heads: HashMap<i64, Head>,
-    pub members: HashMap<i64, Members>,
+    pub heads: ByConversation<Head>,
+    pub members: ByConversation<Members>,
     pub pairs: HashMap<Pair, i64>,
     /// By `(sender, clientMsgId)`: the message, and whether it was recalled since.
     pub stored: HashMap<(String, String), (Arc<Stored>, bool)>,
@@ -108,6 +108,9 @@ pub async fn lock_first(
         }
     }
     let mut found = Found::default();
+    // A row a conversation, or two (a private one's members): never grown by rehashing.
+    found.heads.reserve(rows.len());
+    found.members.reserve(rows.len());
     for row in rows {
         let id: i64 = row.try_get(1)?;
         if row.try_get::<i64, _>(0)? == 1 {
@@ -191,8 +194,8 @@ pub async fn complete(
     conn: &mut AnyConnection,
     actors: &[(i64, &str)],
     cache: &RecipientCache,
-    heads: &mut HashMap<i64, Head>,
-    members: &mut HashMap<i64, Members>,
+    heads: &mut ByConversation<Head>,
+    members: &mut ByConversation<Members>,
 ) -> Result<(), BatchError> {
     if heads.values().all(|h| h.conversation_type < 2) {
         return Ok(());
@@ -209,9 +212,9 @@ pub async fn complete(
 async fn group_settings(
     d: Dialect,
     conn: &mut AnyConnection,
-    heads: &mut HashMap<i64, Head>,
-) -> Result<HashMap<i64, i64>, BatchError> {
-    let mut versions: HashMap<i64, i64> = HashMap::new();
+    heads: &mut ByConversation<Head>,
+) -> Result<ByConversation<i64>, BatchError> {
+    let mut versions = ByConversation::default();
     let groups: Vec<i64> = heads
         .iter()
         .filter(|(_, h)| h.conversation_type >= 2)
@@ -249,8 +252,8 @@ async fn actor_rows(
     d: Dialect,
     conn: &mut AnyConnection,
     actors: &[(i64, &str)],
-    versions: &HashMap<i64, i64>,
-    members: &mut HashMap<i64, Members>,
+    versions: &ByConversation<i64>,
+    members: &mut ByConversation<Members>,
 ) -> Result<(), BatchError> {
     let mut pairs: Vec<(i64, &str)> = actors
         .iter()
@@ -292,9 +295,9 @@ async fn actor_rows(
 async fn group_recipients(
     d: Dialect,
     conn: &mut AnyConnection,
-    versions: &HashMap<i64, i64>,
+    versions: &ByConversation<i64>,
     cache: &RecipientCache,
-    members: &mut HashMap<i64, Members>,
+    members: &mut ByConversation<Members>,
 ) -> Result<(), BatchError> {
     for (&id, &version) in versions {
         let current = match cache.get(id, version) {

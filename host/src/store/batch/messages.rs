@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sqlx::{AnyConnection, Row as _};
 
-use super::{BatchError, Head, Pending, classify};
+use super::{BatchError, ByConversation, Head, Pending, classify};
 use crate::store::{Dialect, json, placeholders};
 
 /// Which heads a batch's write names.
@@ -23,7 +23,7 @@ pub struct Writes<'a> {
     /// New messages and recall marks.
     pub pending: &'a mut Pending,
     /// The heads, and which of them the write names.
-    pub heads: (&'a HashMap<i64, Head>, Heads),
+    pub heads: (&'a ByConversation<Head>, Heads),
     /// Read positions to move: (user, conversation) → (seq, its running count).
     pub reads: &'a HashMap<(String, i64), (i64, i64)>,
     /// Delivered positions to move: (user, conversation) → seq.
@@ -43,7 +43,7 @@ pub struct Written {
     /// position counts as delivered).
     pub positions: HashMap<(String, i64), i64>,
     /// The versions of the heads it wrote that this transaction created (`Head::created`).
-    pub versions: HashMap<i64, i64>,
+    pub versions: ByConversation<i64>,
 }
 
 /// Writes what a batch decided so far in one statement (one round trip; on SQLite one call
@@ -234,8 +234,11 @@ async fn write_sqlite(
             ("", "") => std::borrow::Cow::Borrowed(body),
             _ => std::borrow::Cow::Owned(format!("{opening}{body}{closing}")),
         };
-        // In the order of the statements' parameters.
-        let mut q = sqlx::query(&sql).bind(now);
+        // In the order of the statements' parameters, their number known: the arguments'
+        // list is made once at its size, not grown by copying as each is bound.
+        let mut args = sqlx::any::AnyArguments::default();
+        sqlx::Arguments::reserve(&mut args, 2 + shape * (16 + 6 * (1 + answers as usize)), 0);
+        let mut q = sqlx::query_with(&sql, args).bind(now);
         for i in 0..shape {
             q = match heads.get(i) {
                 Some(&(id, last, acc, base, version, moved, _)) => q
@@ -536,7 +539,7 @@ mod tests {
         reads: &HashMap<(String, i64), (i64, i64)>,
         delivered: &HashMap<(String, i64), i64>,
     ) -> Result<Written, BatchError> {
-        let heads = HashMap::from([(1, head.clone())]);
+        let heads = ByConversation::from_iter([(1, head.clone())]);
         let mut tx = store.begin_batch(writer, false).await.unwrap();
         let (opening, closing) = (tx.opening(), tx.closing());
         let w = Writes {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row as _};
 
 use super::heads::created_private;
-use super::{BatchError, Head, Members};
+use super::{BatchError, ByConversation, Head, Members};
 use crate::protocol::Pair;
 use crate::store::accounts::existing_users;
 use crate::store::{Dialect, json, lookup};
@@ -17,8 +17,8 @@ use crate::store::{Dialect, json, lookup};
 #[derive(Default)]
 pub struct Created {
     pub ids: HashMap<Pair, i64>,
-    pub heads: HashMap<i64, Head>,
-    pub members: HashMap<i64, Members>,
+    pub heads: ByConversation<Head>,
+    pub members: ByConversation<Members>,
 }
 
 /// The key of a pair's lock on PostgreSQL (a transaction-level advisory lock), which orders

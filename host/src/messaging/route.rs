@@ -12,7 +12,6 @@ use tokio::sync::{mpsc, oneshot};
 use crate::protocol::Error;
 pub use crate::protocol::{Pair, pair};
 use crate::store::Store;
-use crate::store::batch::ByConversation;
 
 pub struct Routes {
     committers: usize,
@@ -20,7 +19,7 @@ pub struct Routes {
     pairs: Mutex<HashMap<Pair, i64>>,
     /// A conversation's key, fixed the first time the conversation is routed: its id, or,
     /// for one created by a message to a peer, the pair's key.
-    keys: Mutex<ByConversation<u64>>,
+    keys: Mutex<HashMap<i64, u64>>,
     /// Pairs routed before their conversation existed here, with the key they got; both
     /// sides' first messages and the conversation they create all take it.
     pending: Mutex<HashMap<Pair, u64>>,
@@ -31,7 +30,7 @@ impl Routes {
         Routes {
             committers: committers.max(1),
             pairs: Mutex::new(HashMap::new()),
-            keys: Mutex::new(ByConversation::default()),
+            keys: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
         }
     }

@@ -21,9 +21,11 @@ pub use pairs::{
 pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting};
 
 /// A map by conversation id, the key of most of a batch's lookups (its heads, members and
-/// versions, and what a committer remembers between batches). The server assigns the
-/// ids, so they are hashed with foldhash, several times faster than std's SipHash; maps
-/// keyed by what clients choose (user ids, `clientMsgId`s) keep SipHash.
+/// versions, and what a committer remembers between batches). Only conversations read
+/// from the database go in, whose ids the server assigned, so they are hashed with
+/// foldhash, several times faster than std's SipHash. Maps keyed by what clients choose
+/// keep SipHash: user ids, `clientMsgId`s, and ids a client names before they are looked
+/// up (the route's keys).
 pub type ByConversation<V> = foldhash::HashMap<i64, V>;
 
 impl From<BatchError> for Error {

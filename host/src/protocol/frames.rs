@@ -172,12 +172,7 @@ pub struct ReceivedAck {
 /// JSON object. The body is written after them with its opening brace turned into a comma,
 /// instead of through serde's `flatten`, which sends every field through a map serializer.
 pub fn ack<T: Serialize>(id: Option<&str>, body: &T) -> Utf8Bytes {
-    let mut out = Vec::with_capacity(FRAME_CAPACITY);
-    out.extend_from_slice(br#"{"type":"ack""#);
-    if let Some(id) = id {
-        out.extend_from_slice(br#","id":"#);
-        serde_json::to_writer(&mut out, id).expect("a string serializes");
-    }
+    let mut out = ack_opening(id);
     let body_at = out.len();
     serde_json::to_writer(&mut out, body).expect("frames serialize");
     assert_eq!(
@@ -199,12 +194,7 @@ pub fn ack<T: Serialize>(id: Option<&str>, body: &T) -> Utf8Bytes {
 /// through serde (which escaped each key and value byte by byte, a third of the frame's
 /// cost): the same bytes as `ack(id, a)`, which the tests hold it to.
 pub fn send_ack(id: Option<&str>, a: &SendAck) -> Utf8Bytes {
-    let mut out = Vec::with_capacity(FRAME_CAPACITY);
-    out.extend_from_slice(br#"{"type":"ack""#);
-    if let Some(id) = id {
-        out.extend_from_slice(br#","id":"#);
-        json_str(&mut out, id);
-    }
+    let mut out = ack_opening(id);
     out.extend_from_slice(br#","msgId":"#);
     json_str(&mut out, &a.msg_id);
     let mut n = itoa::Buffer::new();
@@ -222,6 +212,17 @@ pub fn send_ack(id: Option<&str>, a: &SendAck) -> Utf8Bytes {
         false => br#","duplicate":false}"#,
     });
     utf8(out)
+}
+
+/// An `ack` frame's `type` and `id`, the fields of every ack's body to follow.
+fn ack_opening(id: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(FRAME_CAPACITY);
+    out.extend_from_slice(br#"{"type":"ack""#);
+    if let Some(id) = id {
+        out.extend_from_slice(br#","id":"#);
+        json_str(&mut out, id);
+    }
+    out
 }
 
 /// A JSON string: as it is when nothing in it needs escaping, else as serde_json escapes it.

@@ -201,6 +201,12 @@ type PositionRow<'a> = (&'a str, i64, i64, i64, i64, i64);
 /// stay within SQLite's 32,766.
 const SQLITE_ROWS: usize = 1024;
 
+/// The parameters of a `VALUES` row in SQLite's write: a head (`HeadRow` without
+/// `created`), a message (`MessageRow`), a read position (`PositionRow`).
+const HEAD_PARAMS: usize = 6;
+const MESSAGE_PARAMS: usize = 10;
+const POSITION_PARAMS: usize = 6;
+
 /// SQLite's `write`: the rows bound as parameters of `VALUES` lists (`sqlite_write_sql`),
 /// in one call of a statement per 1,024 rows of each kind (one for any batch up to that),
 /// the first call after `opening` and the last before `closing`. Each list is padded with
@@ -237,7 +243,9 @@ async fn write_sqlite(
         // In the order of the statements' parameters, their number known: the arguments'
         // list is made once at its size, not grown by copying as each is bound.
         let mut args = sqlx::any::AnyArguments::default();
-        sqlx::Arguments::reserve(&mut args, 2 + shape * (16 + 6 * (1 + answers as usize)), 0);
+        let positions_bound = 1 + usize::from(answers);
+        let count = 2 + shape * (HEAD_PARAMS + MESSAGE_PARAMS + POSITION_PARAMS * positions_bound);
+        sqlx::Arguments::reserve(&mut args, count, 0);
         let mut q = sqlx::query_with(&sql, args).bind(now);
         for i in 0..shape {
             q = match heads.get(i) {
@@ -248,7 +256,7 @@ async fn write_sqlite(
                     .bind(base)
                     .bind(version)
                     .bind(moved),
-                None => (0..6).fold(q, |q, _| q.bind(None::<i64>)),
+                None => (0..HEAD_PARAMS).fold(q, |q, _| q.bind(None::<i64>)),
             };
         }
         for i in 0..shape {
@@ -275,7 +283,7 @@ async fn write_sqlite(
                     .bind(time)
                     .bind(counts)
                     .bind(acc),
-                None => (0..10).fold(q, |q, _| q.bind(None::<i64>)),
+                None => (0..MESSAGE_PARAMS).fold(q, |q, _| q.bind(None::<i64>)),
             };
         }
         if answers {
@@ -302,7 +310,7 @@ fn bind_positions<'q>(
                 .bind(acc)
                 .bind(delivered)
                 .bind(asked),
-            None => (0..6).fold(q, |q, _| q.bind(None::<i64>)),
+            None => (0..POSITION_PARAMS).fold(q, |q, _| q.bind(None::<i64>)),
         };
     }
     q
@@ -332,7 +340,11 @@ fn sqlite_write_sql(shape: usize, answers: bool) -> &'static str {
             let row = format!("({})", placeholders(Dialect::Sqlite, 1, width));
             format!("(VALUES {})", vec![row; shape].join(","))
         };
-        let (heads, messages, positions) = (values(6), values(10), values(6));
+        let (heads, messages, positions) = (
+            values(HEAD_PARAMS),
+            values(MESSAGE_PARAMS),
+            values(POSITION_PARAMS),
+        );
         let mut sql = format!(
             "UPDATE OR FAIL conversations SET last_seq = CASE WHEN last_seq = e.column4 \
              AND version = e.column5 THEN e.column2 END, unread_acc = e.column3, \

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use common::server::{
-    Backend, FAST, JWT_SECRET, Server, User, Ws, conv, peer, send_err, send_ok, setup, text,
+    Backend, Db, FAST, JWT_SECRET, Server, User, Ws, conv, peer, send_err, send_ok, setup, text,
 };
 use serde_json::{Value, json};
 
@@ -26,6 +26,7 @@ on_both!(
     accounts_and_tokens,
     both_first_messages_at_once_make_one_private_conversation,
     after_a_restart_sends_by_peer_and_by_conversation_keep_their_order,
+    a_new_conversation_named_by_peer_then_by_id_keeps_the_order_sent,
     a_silent_device_is_dropped_and_a_pinging_one_stays,
     a_slow_reader_is_disconnected_and_pulls_afterwards,
     http_send_and_pull_paging,
@@ -1100,6 +1101,62 @@ async fn after_a_restart_sends_by_peer_and_by_conversation_keep_their_order(b: B
             .map(|m| m["payload"]["text"].as_str().unwrap().to_string())
             .collect();
         let sent: Vec<String> = (0..=ROUNDS).map(|r| r.to_string()).collect();
+        assert_eq!(texts, sent, "what {p}'s conversation holds");
+    }
+}
+
+/// A device writes first messages to a new peer by `peerId`, many at once, and as soon as
+/// the first ack tells it the conversation's id, more by `conversationId` while the first
+/// ones are still in flight (a batch holds one op, so they commit one after another): the
+/// conversation holds them in the order sent. On PostgreSQL the conversation keeps its
+/// committer while any of its ops is in flight; eight peers in turn, so that some
+/// conversations' ids and pairs fall to different committers.
+async fn a_new_conversation_named_by_peer_then_by_id_keeps_the_order_sent(b: Backend) {
+    let db = Db::new(&b, "new-reroute").await;
+    let s = Server::start_with(&db, "batch_max = 4", FAST).await;
+    let alice = s.user("alice").await;
+    let mut a = s.connect(&alice, "phone").await;
+    const BY_PEER: usize = 40;
+    const BY_ID: usize = 10;
+    for k in 0..8 {
+        let p = format!("q{k}");
+        s.user(&p).await;
+        for r in 0..BY_PEER {
+            let id = format!("{p}-{r}");
+            a.send(text(&id, &id, peer(&p), &r.to_string())).await;
+        }
+        let mut conversation = None;
+        let mut seqs: Vec<(usize, i64)> = Vec::new();
+        for _ in 0..BY_PEER + BY_ID {
+            let (ack, _) = a
+                .until(|f| f["type"] == "ack" || f["type"] == "error")
+                .await;
+            assert_eq!(ack["type"], "ack", "{ack}");
+            let id = ack["conversationId"].as_i64().unwrap();
+            if conversation.is_none() {
+                conversation = Some(id);
+                for r in BY_PEER..BY_PEER + BY_ID {
+                    let fid = format!("{p}-{r}");
+                    a.send(text(&fid, &fid, conv(id), &r.to_string())).await;
+                }
+            }
+            assert_eq!(Some(id), conversation, "{ack}");
+            let (_, r) = ack["id"].as_str().unwrap().split_once('-').unwrap();
+            seqs.push((r.parse().unwrap(), ack["seq"].as_i64().unwrap()));
+        }
+        seqs.sort();
+        let expected: Vec<(usize, i64)> = (0..BY_PEER + BY_ID).map(|r| (r, r as i64 + 1)).collect();
+        assert_eq!(
+            seqs, expected,
+            "seqs of the messages to {p}, in the order sent"
+        );
+        let texts: Vec<String> = s
+            .pull_all(&alice, conversation.unwrap())
+            .await
+            .iter()
+            .map(|m| m["payload"]["text"].as_str().unwrap().to_string())
+            .collect();
+        let sent: Vec<String> = (0..BY_PEER + BY_ID).map(|r| r.to_string()).collect();
         assert_eq!(texts, sent, "what {p}'s conversation holds");
     }
 }

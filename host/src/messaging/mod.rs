@@ -29,7 +29,7 @@ use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
 use crate::telemetry::{self, SendOutcome};
 use batch::{IdGen, NewMessage, Op, Target};
-use route::{PairReads, Routes};
+use route::{PairReads, Route, Routes};
 
 pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
@@ -284,13 +284,13 @@ impl Core {
         }
     }
 
-    /// The routing key of an op: its conversation's, or for a first message to a peer the
+    /// The route of an op: its conversation's, or for a first message to a peer the
     /// pair's. With several committers, a message to a peer whose conversation this node
-    /// has not routed yet waits for a read to find it (`PairReads`: one for all the pairs
-    /// asked for meanwhile).
-    async fn route_key(&self, op: &Op) -> Result<u64, Error> {
+    /// does not know waits for a read to find it (`PairReads`: one for all the pairs asked
+    /// for meanwhile).
+    async fn route(&self, op: &Op) -> Result<Route, Error> {
         if self.routes.committers() == 1 {
-            return Ok(0);
+            return Ok(Route::single());
         }
         match op {
             Op::Read {
@@ -302,41 +302,33 @@ impl Core {
             | Op::Send(NewMessage {
                 target: Target::Conversation(conversation_id),
                 ..
-            }) => Ok(self.routes.conversation_key(*conversation_id)),
+            }) => Ok(self.routes.conversation(*conversation_id)),
             Op::Send(NewMessage {
                 target: Target::Peer(peer),
                 sender_id,
                 ..
-            }) => {
-                let pair = route::pair(sender_id, peer);
-                if let Some(id) = self.routes.private(&pair) {
-                    return Ok(self.routes.conversation_key(id));
+            }) => match self.routes.pair(route::pair(sender_id, peer)) {
+                Ok(route) => Ok(route),
+                Err(pair) => {
+                    let found = self.pair_reads.get(pair.clone()).await?;
+                    Ok(self.routes.pair_read(pair, found))
                 }
-                if let Some(key) = self.routes.pending_key(&pair) {
-                    return Ok(key);
-                }
-                match self.pair_reads.get(pair.clone()).await? {
-                    Some(id) => {
-                        self.routes.remember_private(pair, id);
-                        Ok(self.routes.conversation_key(id))
-                    }
-                    None => Ok(self.routes.pair_key(&pair)),
-                }
-            }
+            },
         }
     }
 
     /// Queues a stored send or a read for its committer; the reply comes after commit.
     pub async fn submit(&self, op: Op, reply: Reply) {
-        let key = match self.route_key(&op).await {
-            Ok(key) => key,
+        let route = match self.route(&op).await {
+            Ok(route) => route,
             Err(e) => {
                 commit::count_refused(&op, &e);
                 return reply.error(&e);
             }
         };
-        let queue = &self.commits[self.routes.committer(key)];
-        if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, key }).await {
+        let queue = &self.commits[self.routes.committer(route.key)];
+        if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, route }).await
+        {
             let e = Error::unavailable("the server is shutting down");
             commit::count_refused(&job.op, &e);
             job.reply.error(&e);

@@ -99,9 +99,6 @@ pub enum Outcome {
         /// Members to push to (for a resend, the original again; empty for a resend of a
         /// message in the same batch).
         recipients: Arc<[String]>,
-        /// This batch created its conversation (a first message to a peer; PostgreSQL,
-        /// where the route needs to know).
-        created: bool,
     },
     Read {
         conversation_id: i64,
@@ -517,7 +514,6 @@ async fn run(
                         message: original,
                         duplicate: !own,
                         recipients,
-                        created: false,
                     }
                 } else {
                     match send(
@@ -538,14 +534,10 @@ async fn run(
                                 (stored.seq, acc),
                             );
                             in_batch.insert(key, stored.clone());
-                            let created = heads
-                                .get(&stored.conversation_id)
-                                .is_some_and(|h| h.created);
                             Outcome::Sent {
                                 message: stored,
                                 duplicate: false,
                                 recipients,
-                                created,
                             }
                         }
                         Err(refused) => Outcome::Refused(refused),

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::Settings;
 use super::batch::{BatchContext, IdGen, Known, Op, Outcome, Target};
 use super::delivery::{Committed, Push, Respond};
-use super::route::{Route, Routes, pair};
+use super::route::{Routes, pair};
 use crate::clock::now_ms;
 use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, ReceivedAck, SendAck};
@@ -76,8 +76,6 @@ impl Reply {
 pub struct Job {
     pub op: Op,
     pub reply: Reply,
-    /// The route it was queued by, held until its answer and pushes are out.
-    pub route: Route,
 }
 
 /// Attempts of a batch that met a concurrent writer (another node).
@@ -118,9 +116,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
     let mut known = Known::default();
     let mut jobs: Vec<Job> = Vec::with_capacity(settings.batch_max);
     let mut ops: Vec<Op> = Vec::with_capacity(settings.batch_max);
-    let mut replies: Vec<(Reply, Route)> = Vec::with_capacity(settings.batch_max);
-    // The routes of a batch's ops, released once its answers and pushes are out.
-    let mut answered: Vec<Route> = Vec::with_capacity(settings.batch_max);
+    let mut replies: Vec<Reply> = Vec::with_capacity(settings.batch_max);
     loop {
         // Idle with SQLite's writer connection, the committer gives it to a writer who
         // asks (`store::Writer`).
@@ -137,7 +133,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
         }
         for job in jobs.drain(..) {
             ops.push(job.op);
-            replies.push((job.reply, job.route));
+            replies.push(job.reply);
         }
         let started = std::time::Instant::now();
         let result = commit_with_retries(
@@ -162,9 +158,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
             Ok(outcomes) => {
                 let mut pushes = Vec::with_capacity(outcomes.len());
                 let mut committed = Vec::new();
-                for ((op, (reply, route)), outcome) in
-                    ops.drain(..).zip(replies.drain(..)).zip(outcomes)
-                {
+                for ((op, reply), outcome) in ops.drain(..).zip(replies.drain(..)).zip(outcomes) {
                     if offline.is_some()
                         && let (
                             Op::Send(m),
@@ -172,7 +166,6 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
                                 message,
                                 duplicate: false,
                                 recipients,
-                                ..
                             },
                         ) = (&op, &outcome)
                         && m.counts_unread
@@ -187,23 +180,19 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
                         Outcome::Sent {
                             message,
                             duplicate: false,
-                            created,
                             ..
                         },
                     ) = (&op, &outcome)
                         && let Target::Peer(peer) = &m.target
                     {
-                        let pair = pair(&m.sender_id, peer);
-                        routes.learn(pair, message.conversation_id, *created);
+                        routes.learn(pair(&m.sender_id, peer), message.conversation_id);
                     }
                     count(&op, &outcome);
                     deliver(reply, outcome, &mut pushes);
-                    answered.push(route);
                 }
                 // After every answer of the batch, all its pushes at once; then what may
                 // need an offline notice.
                 delivery.push_all(pushes);
-                answered.clear();
                 if let Some(offline) = offline
                     && !committed.is_empty()
                 {
@@ -216,7 +205,7 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
                 for op in ops.drain(..) {
                     count_refused(&op, &err);
                 }
-                for (reply, _) in replies.drain(..) {
+                for reply in replies.drain(..) {
                     reply.error(&err);
                 }
             }
@@ -313,7 +302,6 @@ fn deliver(reply: Reply, outcome: Outcome, pushes: &mut Vec<Push>) {
             message,
             duplicate,
             recipients,
-            ..
         } => {
             reply.answer(Answer::Sent(SendAck::of(&message, duplicate)));
             // A resend pushes the original again: devices ignore a seq they have, and one

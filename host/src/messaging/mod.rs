@@ -29,7 +29,7 @@ use crate::store::sync::LiveMembers;
 use crate::store::{Dialect, Store};
 use crate::telemetry::{self, SendOutcome};
 use batch::{IdGen, NewMessage, Op, Target};
-use route::{PairReads, Route, Routes};
+use route::{Reads, Routes};
 
 pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
@@ -125,7 +125,12 @@ pub struct Core {
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
     /// The private conversations of pairs not routed here yet, read together.
-    pair_reads: PairReads,
+    /// The private conversations of pairs this node does not know (sends by peer of a
+    /// live kind).
+    pair_reads: Reads<route::Pair, i64>,
+    /// Which conversations exist, with their pairs, of ids this node does not know the
+    /// key of (several committers).
+    id_reads: Reads<i64, Option<route::Pair>>,
     /// Members by conversation, for live sends, with their roles, mutes and blocks; dropped
     /// by every change this node commits to them. Keyed by conversation ids, which the
     /// server assigns, so hashed with foldhash (faster than std's SipHash).
@@ -185,7 +190,12 @@ impl Core {
             tokio::spawn(commit::run(rx, shared.clone()));
         }
         Arc::new(Core {
-            pair_reads: PairReads::start(store.clone()),
+            pair_reads: Reads::start(store.clone(), |store, pairs| async move {
+                store.private_conversations(&pairs).await
+            }),
+            id_reads: Reads::start(store.clone(), |store, ids| async move {
+                store.conversation_pairs(&ids).await
+            }),
             store,
             registry,
             delivery,
@@ -284,13 +294,13 @@ impl Core {
         }
     }
 
-    /// The route of an op: its conversation's, or for a first message to a peer the
-    /// pair's. With several committers, a message to a peer whose conversation this node
-    /// does not know waits for a read to find it (`PairReads`: one for all the pairs asked
-    /// for meanwhile).
-    async fn route(&self, op: &Op) -> Result<Route, Error> {
+    /// The routing key of an op: its conversation's (`route`). A message to a peer goes
+    /// by the pair; with several committers, an op naming a conversation whose key this
+    /// node does not know waits for a read to find it (`Reads`: one for all the ids asked
+    /// for meanwhile). An id that is no conversation goes by itself (the op is refused).
+    async fn route_key(&self, op: &Op) -> Result<u64, Error> {
         if self.routes.committers() == 1 {
-            return Ok(Route::single());
+            return Ok(0);
         }
         match op {
             Op::Read {
@@ -302,33 +312,35 @@ impl Core {
             | Op::Send(NewMessage {
                 target: Target::Conversation(conversation_id),
                 ..
-            }) => Ok(self.routes.conversation(*conversation_id)),
+            }) => {
+                let id = *conversation_id;
+                if let Some(key) = self.routes.key(id) {
+                    return Ok(key);
+                }
+                Ok(match self.id_reads.get(id).await? {
+                    Some(pair) => self.routes.found(id, pair),
+                    None => id as u64,
+                })
+            }
             Op::Send(NewMessage {
                 target: Target::Peer(peer),
                 sender_id,
                 ..
-            }) => match self.routes.pair(route::pair(sender_id, peer)) {
-                Ok(route) => Ok(route),
-                Err(pair) => {
-                    let found = self.pair_reads.get(pair.clone()).await?;
-                    Ok(self.routes.pair_read(pair, found))
-                }
-            },
+            }) => Ok(route::pair_key(&route::pair(sender_id, peer))),
         }
     }
 
     /// Queues a stored send or a read for its committer; the reply comes after commit.
     pub async fn submit(&self, op: Op, reply: Reply) {
-        let route = match self.route(&op).await {
-            Ok(route) => route,
+        let key = match self.route_key(&op).await {
+            Ok(key) => key,
             Err(e) => {
                 commit::count_refused(&op, &e);
                 return reply.error(&e);
             }
         };
-        let queue = &self.commits[self.routes.committer(route.key)];
-        if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply, route }).await
-        {
+        let queue = &self.commits[self.routes.committer(key)];
+        if let Err(mpsc::error::SendError(job)) = queue.send(commit::Job { op, reply }).await {
             let e = Error::unavailable("the server is shutting down");
             commit::count_refused(&job.op, &e);
             job.reply.error(&e);
@@ -443,7 +455,7 @@ impl Core {
             .get(key.clone())
             .await?
             .ok_or_else(|| Refused::NoConversation(b.to_string()))?;
-        self.routes.remember_private(key, id);
+        self.routes.learn(key, id);
         Ok(id)
     }
 

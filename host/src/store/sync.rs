@@ -256,6 +256,40 @@ impl Store {
         .await
     }
 
+    /// Which of `ids` are conversations, in one statement: with the pair of each private
+    /// one (`None` for a group or a channel).
+    pub async fn conversation_pairs(
+        &self,
+        ids: &[i64],
+    ) -> sqlx::Result<HashMap<i64, Option<Pair>>> {
+        let within = match self.dialect() {
+            Dialect::Postgres => {
+                "SELECT CAST(e AS BIGINT) FROM jsonb_array_elements_text(CAST($1 AS jsonb)) e"
+            }
+            Dialect::Sqlite => "SELECT value FROM json_each($1)",
+        };
+        let sql = format!(
+            "SELECT c.conversation_id, p.user_lo, p.user_hi FROM conversations c \
+             LEFT JOIN private_pairs p ON p.conversation_id = c.conversation_id \
+             WHERE c.conversation_id IN ({within})"
+        );
+        let ids = json(ids);
+        self.read_twice(|| async {
+            self.pooled(async {
+                let mut conn = self.read().acquire().await?;
+                let mut found = HashMap::new();
+                for row in sqlx::query(&sql).bind(&ids).fetch_all(&mut *conn).await? {
+                    let lo: Option<String> = row.try_get(1)?;
+                    let hi: Option<String> = row.try_get(2)?;
+                    found.insert(row.try_get(0)?, lo.zip(hi));
+                }
+                Ok(found)
+            })
+            .await?
+        })
+        .await
+    }
+
     /// Up to `limit` messages after or before a seq, ascending, within what `m` may see:
     /// one index range scan per visible interval, until the page is full.
     pub async fn pull(

@@ -1107,10 +1107,10 @@ async fn after_a_restart_sends_by_peer_and_by_conversation_keep_their_order(b: B
 
 /// A device writes first messages to a new peer by `peerId`, many at once, and as soon as
 /// the first ack tells it the conversation's id, more by `conversationId` while the first
-/// ones are still in flight (a batch holds one op, so they commit one after another): the
-/// conversation holds them in the order sent. On PostgreSQL the conversation keeps its
-/// committer while any of its ops is in flight; eight peers in turn, so that some
-/// conversations' ids and pairs fall to different committers.
+/// ones may still be in flight (batches of four ops, so they commit a few at a time): the
+/// conversation holds them in the order sent. On PostgreSQL a private conversation goes
+/// to its pair's committer however it is named; eight peers in turn, so that some
+/// conversations' ids and pairs would fall to different committers.
 async fn a_new_conversation_named_by_peer_then_by_id_keeps_the_order_sent(b: Backend) {
     let db = Db::new(&b, "new-reroute").await;
     let s = Server::start_with(&db, "batch_max = 4", FAST).await;

@@ -79,6 +79,8 @@ impl Routes {
 
     /// A conversation a read found (with its pair if private): its key, kept.
     pub fn found(&self, id: i64, pair: Option<Pair>) -> u64 {
+        // As `pair` orders them, whatever the order they were stored in.
+        let pair = pair.map(crate::protocol::ordered);
         let key = conversation_key(id, pair.as_ref());
         let mut kept = self.kept();
         kept.keys.insert(id, key);
@@ -225,7 +227,8 @@ mod tests {
         // On a node that did not store it, a read finds the pair and the same key.
         let other = Routes::new(4);
         assert_eq!(other.key(42), None);
-        assert_eq!(other.found(42, Some(p.clone())), key);
+        let (lo, hi) = p.clone();
+        assert_eq!(other.found(42, Some((hi, lo))), key);
         assert_eq!(other.private(&p), Some(42));
         // A group goes by its id.
         assert_eq!(other.found(7, None), 7);

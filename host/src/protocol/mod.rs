@@ -44,11 +44,12 @@ pub type Pair = (String, String);
 
 /// The pair of two users, the same from either side.
 pub fn pair(a: &str, b: &str) -> Pair {
-    if a <= b {
-        (a.to_string(), b.to_string())
-    } else {
-        (b.to_string(), a.to_string())
-    }
+    ordered((a.to_string(), b.to_string()))
+}
+
+/// Two user ids as `pair` orders them.
+pub fn ordered((a, b): Pair) -> Pair {
+    if a <= b { (a, b) } else { (b, a) }
 }
 
 /// Why the server closes a connection. The code goes in the WebSocket close frame.

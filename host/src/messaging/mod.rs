@@ -124,7 +124,6 @@ pub struct Core {
     /// One queue per committer.
     commits: Vec<mpsc::Sender<commit::Job>>,
     routes: Arc<Routes>,
-    /// The private conversations of pairs not routed here yet, read together.
     /// The private conversations of pairs this node does not know (sends by peer of a
     /// live kind).
     pair_reads: Reads<route::Pair, i64>,
@@ -326,7 +325,7 @@ impl Core {
                 target: Target::Peer(peer),
                 sender_id,
                 ..
-            }) => Ok(route::pair_key(&route::pair(sender_id, peer))),
+            }) => Ok(route::pair_key(sender_id, peer)),
         }
     }
 

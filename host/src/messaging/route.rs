@@ -19,18 +19,12 @@ use crate::store::Store;
 /// (each: a forgotten one costs one read the next time an op names it).
 const KEPT_MAX: usize = 131_072;
 
-/// A private conversation's key: its pair's, the same from either side, known before the
-/// conversation exists.
-pub fn pair_key(pair: &Pair) -> u64 {
+/// A private conversation's key: its pair's (`a` and `b` in either order, nothing
+/// allocated), known before the conversation exists.
+pub fn pair_key(a: &str, b: &str) -> u64 {
     let mut h = DefaultHasher::new();
-    pair.hash(&mut h);
+    crate::protocol::ordered((a, b)).hash(&mut h);
     h.finish()
-}
-
-/// The key of conversation `id`, as a read found it: its pair's if it is private, else
-/// its id.
-pub fn conversation_key(id: i64, pair: Option<&Pair>) -> u64 {
-    pair.map_or(id as u64, pair_key)
 }
 
 /// What a node knows of conversations' keys. A message to a peer goes by its pair's key
@@ -81,7 +75,7 @@ impl Routes {
     pub fn found(&self, id: i64, pair: Option<Pair>) -> u64 {
         // As `pair` orders them, whatever the order they were stored in.
         let pair = pair.map(crate::protocol::ordered);
-        let key = conversation_key(id, pair.as_ref());
+        let key = pair.as_ref().map_or(id as u64, |(a, b)| pair_key(a, b));
         let mut kept = self.kept();
         kept.keys.insert(id, key);
         if let Some(pair) = pair {
@@ -219,7 +213,8 @@ mod tests {
         let p = pair("bob", "alice");
         assert_eq!(p, pair("alice", "bob"));
         // Both sides' first messages, before the conversation exists, go by the pair.
-        let key = pair_key(&p);
+        let key = pair_key("alice", "bob");
+        assert_eq!(key, pair_key("bob", "alice"));
         // Stored as conversation 42: named by its id, it goes by the same key.
         r.learn(p.clone(), 42);
         assert_eq!(r.key(42), Some(key));
@@ -259,6 +254,6 @@ mod tests {
         // A key forgotten is read again, and is the same.
         assert_eq!(r.key(0), None);
         let p = pair("alice", "u0");
-        assert_eq!(r.found(0, Some(p.clone())), pair_key(&p));
+        assert_eq!(r.found(0, Some(p)), pair_key("alice", "u0"));
     }
 }

@@ -44,11 +44,12 @@ pub type Pair = (String, String);
 
 /// The pair of two users, the same from either side.
 pub fn pair(a: &str, b: &str) -> Pair {
-    ordered((a.to_string(), b.to_string()))
+    let (lo, hi) = ordered((a, b));
+    (lo.to_string(), hi.to_string())
 }
 
 /// Two user ids as `pair` orders them.
-pub fn ordered((a, b): Pair) -> Pair {
+pub fn ordered<T: PartialOrd>((a, b): (T, T)) -> (T, T) {
     if a <= b { (a, b) } else { (b, a) }
 }
 

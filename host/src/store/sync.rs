@@ -262,18 +262,14 @@ impl Store {
         &self,
         ids: &[i64],
     ) -> sqlx::Result<HashMap<i64, Option<Pair>>> {
-        let within = match self.dialect() {
-            Dialect::Postgres => {
-                "SELECT CAST(e AS BIGINT) FROM jsonb_array_elements_text(CAST($1 AS jsonb)) e"
-            }
-            Dialect::Sqlite => "SELECT value FROM json_each($1)",
-        };
+        let (id, from) = super::groups::elements(self.dialect(), "$1", &[true]);
         let sql = format!(
             "SELECT c.conversation_id, p.user_lo, p.user_hi FROM conversations c \
              LEFT JOIN private_pairs p ON p.conversation_id = c.conversation_id \
-             WHERE c.conversation_id IN ({within})"
+             WHERE c.conversation_id IN (SELECT {id} FROM {from})"
         );
-        let ids = json(ids);
+        let ids: Vec<[i64; 1]> = ids.iter().map(|&id| [id]).collect();
+        let ids = json(&ids);
         self.read_twice(|| async {
             self.pooled(async {
                 let mut conn = self.read().acquire().await?;

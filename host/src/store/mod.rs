@@ -949,6 +949,56 @@ pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).expect("numbers and strings serialize")
 }
 
+/// Columns of numbers, each in a PostgreSQL array's text form (`{1,2}`), for a statement
+/// that casts each to `BIGINT[]` and takes the rows apart with `unnest`: no JSON to parse
+/// (PostgreSQL reads a JSON number as `numeric`, and prints it again before each cast).
+pub(crate) fn pg_ints<const N: usize>(
+    rows: impl ExactSizeIterator<Item = [i64; N]>,
+) -> [String; N] {
+    let mut columns: [String; N] = std::array::from_fn(|_| {
+        let mut s = String::with_capacity(rows.len() * 12 + 2);
+        s.push('{');
+        s
+    });
+    for row in rows {
+        for (column, n) in columns.iter_mut().zip(row) {
+            if column.len() > 1 {
+                column.push(',');
+            }
+            column.push_str(itoa::Buffer::new().format(n));
+        }
+    }
+    columns.map(|mut s| {
+        s.push('}');
+        s
+    })
+}
+
+/// A column of strings in a PostgreSQL array's text form, for `TEXT[]` (`pg_ints`): every
+/// string quoted, `"` and `\` escaped.
+pub(crate) fn pg_texts<'a>(values: impl ExactSizeIterator<Item = &'a str> + Clone) -> String {
+    let bytes: usize = values.clone().map(|v| v.len() + 3).sum();
+    let mut s = String::with_capacity(bytes + 2);
+    s.push('{');
+    for v in values {
+        if s.len() > 1 {
+            s.push(',');
+        }
+        s.push('"');
+        let mut rest = v;
+        while let Some(at) = rest.find(['"', '\\']) {
+            s.push_str(&rest[..at]);
+            s.push('\\');
+            s.push_str(&rest[at..=at]);
+            rest = &rest[at + 1..];
+        }
+        s.push_str(rest);
+        s.push('"');
+    }
+    s.push('}');
+    s
+}
+
 /// An aggregate joining `expr` of every row into one text, one line per row (NULL rows
 /// left out), and the lines back. sqlx hands SQLite's rows over from its worker thread one
 /// at a time (1–4 µs each), so reading a large group's members as one row is several times
@@ -1052,6 +1102,41 @@ mod tests {
             ..StorageConfig::default()
         };
         (dir, Store::open(&cfg).await.unwrap())
+    }
+
+    /// A store on a database of its own on the PostgreSQL server `PG_TEST_URL` names (its
+    /// name and the admin URL, to drop it after), or `None` with the reason printed.
+    pub(super) async fn scratch_postgres(name: &str) -> Option<(Store, (String, String))> {
+        use sqlx::Connection as _;
+        let Ok(admin) = std::env::var("PG_TEST_URL") else {
+            eprintln!("{name}: PostgreSQL skipped (PG_TEST_URL is not set)");
+            return None;
+        };
+        let db = format!("courier_unit_{name}_{}", std::process::id()).replace('-', "_");
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {db}"),
+            format!("CREATE DATABASE {db}"),
+        ] {
+            sqlx::raw_sql(&sql).execute(&mut conn).await.unwrap();
+        }
+        let (base, _) = admin.rsplit_once('/').expect("a URL ending in /database");
+        let cfg = StorageConfig {
+            url: format!("{base}/{db}"),
+            ..StorageConfig::default()
+        };
+        Some((Store::open(&cfg).await.unwrap(), (admin, db)))
+    }
+
+    /// Drops what `scratch_postgres` made, its store closed.
+    pub(super) async fn drop_postgres(store: Store, (admin, db): (String, String)) {
+        use sqlx::Connection as _;
+        store.close().await;
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        sqlx::raw_sql(&format!("DROP DATABASE {db} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
     }
 
     /// Writes `body` as a whole batch in `tx` (with its `BEGIN` and `COMMIT`) and commits.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row as _};
 
 use super::{BatchError, ByConversation, Head, Pending, classify};
-use crate::store::{Dialect, json, placeholders};
+use crate::store::{Dialect, pg_ints, pg_texts, placeholders};
 
 /// Which heads a batch's write names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,10 +53,11 @@ pub struct Written {
 /// move forward, and a read moves the delivered position too); then the recall marks.
 /// `opening` starts the statement (SQLite's `BEGIN` when nothing came before it) and
 /// `closing` ends it when nothing follows it (SQLite's `COMMIT`, see `BatchTx`). On
-/// PostgreSQL its arguments are JSON arrays, so every batch runs the same prepared
-/// statement (with generic plans) whatever its size; on SQLite, which runs in the process
-/// and spent a quarter of a send's instructions taking JSON arguments apart, the rows are
-/// bound as parameters, in a few prepared shapes (`write_sqlite`).
+/// PostgreSQL its arguments are arrays, a column of rows each (`postgres_columns`), so
+/// every batch runs the same prepared statement (with generic plans) whatever its size; on
+/// SQLite, which runs in the process and spent a quarter of a send's instructions taking
+/// JSON arguments apart, the rows are bound as parameters, in a few prepared shapes
+/// (`write_sqlite`).
 pub async fn write(
     d: Dialect,
     conn: &mut AnyConnection,
@@ -122,23 +123,13 @@ pub async fn write(
                         postgres_write_sql(answers)
                     )),
                 };
-                sqlx::query(&sql)
-                    .bind(json(&messages))
-                    .bind(json(&heads))
-                    .bind(json(&positions))
-                    .bind(w.now)
-                    // The heads again as an array, so the update finds them by index.
-                    .bind(format!(
-                        "{{{}}}",
-                        heads
-                            .iter()
-                            .map(|h| h.0.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ))
-                    .fetch_all(&mut *conn)
-                    .await
-                    .map_err(classify)?
+                postgres_columns(
+                    sqlx::query(&sql).bind(w.now),
+                    (&heads, &messages, &positions),
+                )
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(classify)?
             }
             Dialect::Sqlite => {
                 let rows = (&heads[..], &messages[..], &positions[..]);
@@ -414,8 +405,34 @@ const UPSERT: &str = "INSERT INTO read_positions (user_id, conversation_id, read
      WHERE excluded.read_seq > read_positions.read_seq \
      OR excluded.delivered_seq > read_positions.delivered_seq";
 
-/// PostgreSQL's statement of `write`: `$1` messages, `$2` heads (`HeadRow`), `$3`
-/// positions (`PositionRow`), `$4` now, `$5` the heads' ids. A head whose last seq or
+/// PostgreSQL's arguments of `write` after `$1` (now), a column of rows each in an array's
+/// text form: `$2`–`$11` the messages (`MessageRow`, its numbers first), `$12`–`$18` the
+/// heads (`HeadRow`), `$19`–`$24` the positions (`PositionRow`).
+fn postgres_columns<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    (heads, messages, positions): (&[HeadRow], &[MessageRow<'_>], &[PositionRow<'_>]),
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    let numbers = messages.iter().map(|m| [m.0, m.1, m.2, m.5, m.7, m.8, m.9]);
+    let texts = [
+        pg_texts(messages.iter().map(|m| m.3)),
+        pg_texts(messages.iter().map(|m| m.4)),
+        pg_texts(messages.iter().map(|m| m.6)),
+    ];
+    let heads = heads.iter().map(|h| [h.0, h.1, h.2, h.3, h.4, h.5, h.6]);
+    let users = pg_texts(positions.iter().map(|p| p.0));
+    let positions = positions.iter().map(|p| [p.1, p.2, p.3, p.4, p.5]);
+    let columns = (pg_ints(numbers).into_iter().chain(texts))
+        .chain(pg_ints(heads))
+        .chain([users])
+        .chain(pg_ints(positions));
+    for column in columns {
+        q = q.bind(column);
+    }
+    q
+}
+
+/// PostgreSQL's statement of `write`, its arguments as `postgres_columns` binds them, each
+/// kind's rows taken apart by one `unnest`. A head whose last seq or
 /// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
 /// statement (`BatchError::Stale`); the version of a head this transaction created is not
 /// compared (none was read, and no one else could move it). It answers the versions of
@@ -432,40 +449,52 @@ fn postgres_write_sql(answers: bool) -> &'static str {
         const { std::sync::OnceLock::new() },
         const { std::sync::OnceLock::new() },
     ];
+    const POSITIONS: &str = "unnest(CAST($19 AS TEXT[]), CAST($20 AS BIGINT[]), \
+         CAST($21 AS BIGINT[]), CAST($22 AS BIGINT[]), CAST($23 AS BIGINT[]), \
+         CAST($24 AS BIGINT[])) AS p(user_id, conversation_id, read_seq, read_acc, \
+         delivered_seq, asked)";
     SQL[usize::from(answers)].get_or_init(|| {
         let upsert = UPSERT.replace(
             "{rows}",
-            "SELECT e->>0, CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), \
-             CAST(e->>3 AS BIGINT), CAST(e->>4 AS BIGINT), $4 \
-             FROM jsonb_array_elements(CAST($3 AS jsonb)) e",
+            &format!(
+                "SELECT p.user_id, p.conversation_id, p.read_seq, p.read_acc, \
+                 p.delivered_seq, $1 FROM {POSITIONS}"
+            ),
         );
         let mut sql = String::from(
             "WITH new_messages AS (INSERT INTO messages (conversation_id, seq, msg_id, \
              sender_id, client_msg_id, content_type, payload, server_time, counts_unread, \
              unread_acc) \
-             SELECT CAST(e->>0 AS BIGINT), CAST(e->>1 AS BIGINT), CAST(e->>2 AS BIGINT), \
-             e->>3, e->>4, CAST(e->>5 AS BIGINT), e->>6, CAST(e->>7 AS BIGINT), \
-             CAST(e->>8 AS BIGINT), CAST(e->>9 AS BIGINT) \
-             FROM jsonb_array_elements(CAST($1 AS jsonb)) e), \
+             SELECT m.conversation_id, m.seq, m.msg_id, m.sender_id, m.client_msg_id, \
+             m.content_type, m.payload, m.server_time, m.counts_unread, m.unread_acc \
+             FROM unnest(CAST($2 AS BIGINT[]), CAST($3 AS BIGINT[]), CAST($4 AS BIGINT[]), \
+             CAST($5 AS BIGINT[]), CAST($6 AS BIGINT[]), CAST($7 AS BIGINT[]), \
+             CAST($8 AS BIGINT[]), CAST($9 AS TEXT[]), CAST($10 AS TEXT[]), \
+             CAST($11 AS TEXT[])) AS m(conversation_id, seq, msg_id, content_type, \
+             server_time, counts_unread, unread_acc, sender_id, client_msg_id, payload)), \
              moved_heads AS (UPDATE conversations SET last_seq = CASE \
-             WHEN conversations.last_seq = CAST(e->>3 AS BIGINT) \
-             AND (e->>6 = '1' OR conversations.version = CAST(e->>4 AS BIGINT)) \
-             THEN CAST(e->>1 AS BIGINT) END, \
-             unread_acc = CAST(e->>2 AS BIGINT), last_time = CASE \
-             WHEN e->>5 = '1' THEN $4 ELSE conversations.last_time END \
-             FROM jsonb_array_elements(CAST($2 AS jsonb)) e \
-             WHERE conversations.conversation_id = CAST(e->>0 AS BIGINT) \
-             AND conversations.conversation_id = ANY(CAST($5 AS BIGINT[])) \
-             RETURNING conversations.conversation_id, conversations.version, \
-             e->>6 AS created), ",
+             WHEN conversations.last_seq = h.base_seq \
+             AND (h.created = 1 OR conversations.version = h.version) \
+             THEN h.last_seq END, \
+             unread_acc = h.unread_acc, last_time = CASE \
+             WHEN h.moved = 1 THEN $1 ELSE conversations.last_time END \
+             FROM unnest(CAST($12 AS BIGINT[]), CAST($13 AS BIGINT[]), \
+             CAST($14 AS BIGINT[]), CAST($15 AS BIGINT[]), CAST($16 AS BIGINT[]), \
+             CAST($17 AS BIGINT[]), CAST($18 AS BIGINT[])) \
+             AS h(id, last_seq, unread_acc, base_seq, version, moved, created) \
+             WHERE conversations.conversation_id = h.id \
+             AND conversations.conversation_id = ANY(CAST($12 AS BIGINT[])) \
+             RETURNING conversations.conversation_id, conversations.version, h.created), ",
         );
         if answers {
-            sql += "before AS (SELECT p.user_id, p.conversation_id, p.delivered \
-                 FROM jsonb_array_elements(CAST($3 AS jsonb)) e CROSS JOIN LATERAL \
+            sql += &format!(
+                "before AS (SELECT r.user_id, r.conversation_id, r.delivered \
+                 FROM {POSITIONS} CROSS JOIN LATERAL \
                  (SELECT user_id, conversation_id, \
                  GREATEST(delivered_seq, read_seq) AS delivered FROM read_positions \
-                 WHERE user_id = e->>0 AND conversation_id = CAST(e->>1 AS BIGINT) \
-                 AND e->>5 = '1' OFFSET 0) p), moved AS (";
+                 WHERE user_id = p.user_id AND conversation_id = p.conversation_id \
+                 AND p.asked = 1 OFFSET 0) r), moved AS ("
+            );
             sql += &upsert;
             sql += " RETURNING user_id, conversation_id, delivered_seq) \
                  SELECT CAST(0 AS BIGINT), b.user_id, b.conversation_id, b.delivered \
@@ -477,7 +506,7 @@ fn postgres_write_sql(answers: bool) -> &'static str {
             sql += ") ";
         }
         sql + "SELECT CAST(2 AS BIGINT), '', h.conversation_id, h.version \
-             FROM moved_heads h WHERE h.created = '1'"
+             FROM moved_heads h WHERE h.created = 1"
     })
 }
 
@@ -561,7 +590,7 @@ mod tests {
             delivered,
             now: 9,
         };
-        match write(Dialect::Sqlite, tx.conn(), w, opening, closing).await {
+        match write(store.dialect(), tx.conn(), w, opening, closing).await {
             Ok(written) => {
                 tx.finish(written.committed).await.unwrap();
                 Ok(written)
@@ -583,6 +612,15 @@ mod tests {
     #[tokio::test]
     async fn a_write_of_any_size_stores_every_row_as_given() {
         let (dir, store) = scratch_store("write-rows").await;
+        writes_every_row_as_given(&store).await;
+        let _ = std::fs::remove_dir_all(dir);
+        if let Some((store, db)) = crate::store::tests::scratch_postgres("write-rows").await {
+            writes_every_row_as_given(&store).await;
+            crate::store::tests::drop_postgres(store, db).await;
+        }
+    }
+
+    async fn writes_every_row_as_given(store: &crate::store::Store) {
         let mut writer = Writer::default();
         let mut head = Head::read(1, 1, 0, 0, 0);
         {
@@ -617,7 +655,7 @@ mod tests {
             head.unread_acc = next - 1;
             head.dirty = true;
             let written =
-                write_batch(&store, &mut writer, &head, &mut pending, &reads, &delivered).await;
+                write_batch(store, &mut writer, &head, &mut pending, &reads, &delivered).await;
             let written = written.unwrap();
             if size > 1 {
                 let key = ("r".to_string(), 1);
@@ -691,7 +729,7 @@ mod tests {
             (head.base_seq, head.last_seq) = (base, last);
             let none = HashMap::new();
             let failed = write_batch(
-                &store,
+                store,
                 &mut writer,
                 &head,
                 &mut pending,
@@ -710,6 +748,5 @@ mod tests {
             .unwrap();
         assert_eq!((count, heads().await), (2_501, 2_501));
         writer.release();
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -20,7 +20,8 @@ pub struct Decided {
 /// members as its last batch left them, and private conversations by pair. Never trusted
 /// on its own: a batch decided from it writes only if every head it names still has the
 /// last seq and version remembered (the version moves with every change of members or of
-/// a group's settings, `migrations/*/0005_head_versions.sql`).
+/// a group's settings, `migrations/*/0005_head_versions.sql`, but for a private
+/// conversation's members inserted with its head, before anyone can read it: `0012`).
 #[derive(Default)]
 pub struct Known {
     conversations: ByConversation<(Head, Members)>,

@@ -8,14 +8,9 @@
 -- function the triggers share is replaced in place: no lock on their tables.
 CREATE OR REPLACE FUNCTION courier_head_version() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_TABLE_NAME = 'members' AND TG_OP = 'INSERT' THEN
-        UPDATE conversations SET version = version + 1
-        WHERE conversation_id IN (SELECT DISTINCT conversation_id FROM changed)
-        AND conversation_type <> 1;
-    ELSE
-        UPDATE conversations SET version = version + 1
-        WHERE conversation_id IN (SELECT DISTINCT conversation_id FROM changed);
-    END IF;
+    UPDATE conversations SET version = version + 1
+    WHERE conversation_id IN (SELECT DISTINCT conversation_id FROM changed)
+    AND NOT (TG_TABLE_NAME = 'members' AND TG_OP = 'INSERT' AND conversation_type = 1);
     RETURN NULL;
 END
 $$;

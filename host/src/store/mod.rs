@@ -70,8 +70,9 @@ pub struct Head {
     /// Moved by this transaction: written back before it commits.
     pub dirty: bool,
     /// The head's version (moved by every change of its members or a group's settings, but
-    /// for a private conversation's members inserted with its head) and its last seq, as read: the batch's write compares both, so a head remembered
-    /// from an earlier batch is written only if neither moved since.
+    /// for a private conversation's members inserted with its head) and its last seq, as
+    /// read: the batch's write compares both, so a head remembered from an earlier batch is
+    /// written only if neither moved since.
     pub version: i64,
     pub base_seq: i64,
     /// Created by this transaction (PostgreSQL): no other one can see it before the commit,

@@ -1000,6 +1000,20 @@ pub(crate) fn pg_texts<'a>(values: impl ExactSizeIterator<Item = &'a str> + Clon
     s
 }
 
+/// The rows of columns bound as arrays (`pg_ints`, `pg_texts`) from parameter `$first` on,
+/// one named column each: `(SELECT unnest(CAST($first AS BIGINT[])) AS id, …)`. Each
+/// `unnest` in the select list, not one `unnest` of every column in `FROM`: PostgreSQL
+/// stores what a function in `FROM` returns before the first row is read, and the select
+/// list's are read row by row in step (measured in ARCHITECTURE.md, Decisions).
+pub(crate) fn pg_rows(first: usize, columns: &[(&str, &str)]) -> String {
+    let columns: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ty))| format!("unnest(CAST(${} AS {ty}[])) AS {name}", first + i))
+        .collect();
+    format!("(SELECT {})", columns.join(", "))
+}
+
 /// An aggregate joining `expr` of every row into one text, one line per row (NULL rows
 /// left out), and the lines back. sqlx hands SQLite's rows over from its worker thread one
 /// at a time (1–4 µs each), so reading a large group's members as one row is several times

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::{AnyConnection, Row as _};
 
 use super::{BatchError, ByConversation, Head, Pending, classify};
-use crate::store::{Dialect, pg_ints, pg_texts, placeholders};
+use crate::store::{Dialect, pg_ints, pg_rows, pg_texts, placeholders};
 
 /// Which heads a batch's write names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -431,47 +431,67 @@ fn postgres_columns<'q>(
     q
 }
 
-/// PostgreSQL's statement of `write`, its arguments as `postgres_columns` binds them, each
-/// kind's rows taken apart by one `unnest`. A head whose last seq or
-/// version is not as read gets a NULL last seq: a NOT NULL violation, which fails the
-/// statement (`BatchError::Stale`); the version of a head this transaction created is not
-/// compared (none was read, and no one else could move it). It answers the versions of
-/// the created heads it wrote (kind 2: PostgreSQL is the only one that creates heads
-/// without reading them) and, with `answers` (a `received` asks where a delivered position
-/// is), where the delivered positions a `received` asked to move were (kind 0: the greater
-/// of delivered and read) and where every position it wrote is (kind 1). Without a
-/// `received` in the batch nothing reads those, so that statement neither looks them up
-/// nor sends a row back for every read position a send moved. One statement: the inserts
-/// and the update run as data-modifying CTEs; the positions as they were come from the
-/// statement's snapshot, before its upsert.
+/// PostgreSQL's statement of `write`, its arguments as `postgres_columns` binds them: the
+/// messages' and the positions' rows taken apart by `pg_rows`, each scanned once; the
+/// heads' by one `unnest` in `FROM`, which the planner hashes for the update's join (a
+/// select list it could put inside a nested loop, unnesting every array again for each
+/// head). A head whose last seq or version is not as read gets a NULL last seq: a NOT NULL
+/// violation, which fails the statement (`BatchError::Stale`); the version of a head this
+/// transaction created is not compared (none was read, and no one else could move it). It
+/// answers the versions of the created heads it wrote (kind 2: PostgreSQL is the only one
+/// that creates heads without reading them) and, with `answers` (a `received` asks where a
+/// delivered position is), where the delivered positions a `received` asked to move were
+/// (kind 0: the greater of delivered and read) and where every position it wrote is (kind
+/// 1). Without a `received` in the batch nothing reads those, so that statement neither
+/// looks them up nor sends a row back for every read position a send moved. One statement:
+/// the inserts and the update run as data-modifying CTEs; the positions as they were come
+/// from the statement's snapshot, before its upsert.
 fn postgres_write_sql(answers: bool) -> &'static str {
     static SQL: [std::sync::OnceLock<String>; 2] = [
         const { std::sync::OnceLock::new() },
         const { std::sync::OnceLock::new() },
     ];
-    const POSITIONS: &str = "unnest(CAST($19 AS TEXT[]), CAST($20 AS BIGINT[]), \
-         CAST($21 AS BIGINT[]), CAST($22 AS BIGINT[]), CAST($23 AS BIGINT[]), \
-         CAST($24 AS BIGINT[])) AS p(user_id, conversation_id, read_seq, read_acc, \
-         delivered_seq, asked)";
     SQL[usize::from(answers)].get_or_init(|| {
+        let messages = pg_rows(
+            2,
+            &[
+                ("conversation_id", "BIGINT"),
+                ("seq", "BIGINT"),
+                ("msg_id", "BIGINT"),
+                ("content_type", "BIGINT"),
+                ("server_time", "BIGINT"),
+                ("counts_unread", "BIGINT"),
+                ("unread_acc", "BIGINT"),
+                ("sender_id", "TEXT"),
+                ("client_msg_id", "TEXT"),
+                ("payload", "TEXT"),
+            ],
+        );
+        let positions = pg_rows(
+            19,
+            &[
+                ("user_id", "TEXT"),
+                ("conversation_id", "BIGINT"),
+                ("read_seq", "BIGINT"),
+                ("read_acc", "BIGINT"),
+                ("delivered_seq", "BIGINT"),
+                ("asked", "BIGINT"),
+            ],
+        );
         let upsert = UPSERT.replace(
             "{rows}",
             &format!(
                 "SELECT p.user_id, p.conversation_id, p.read_seq, p.read_acc, \
-                 p.delivered_seq, $1 FROM {POSITIONS}"
+                 p.delivered_seq, $1 FROM {positions} AS p"
             ),
         );
-        let mut sql = String::from(
+        let mut sql = format!(
             "WITH new_messages AS (INSERT INTO messages (conversation_id, seq, msg_id, \
              sender_id, client_msg_id, content_type, payload, server_time, counts_unread, \
              unread_acc) \
              SELECT m.conversation_id, m.seq, m.msg_id, m.sender_id, m.client_msg_id, \
              m.content_type, m.payload, m.server_time, m.counts_unread, m.unread_acc \
-             FROM unnest(CAST($2 AS BIGINT[]), CAST($3 AS BIGINT[]), CAST($4 AS BIGINT[]), \
-             CAST($5 AS BIGINT[]), CAST($6 AS BIGINT[]), CAST($7 AS BIGINT[]), \
-             CAST($8 AS BIGINT[]), CAST($9 AS TEXT[]), CAST($10 AS TEXT[]), \
-             CAST($11 AS TEXT[])) AS m(conversation_id, seq, msg_id, content_type, \
-             server_time, counts_unread, unread_acc, sender_id, client_msg_id, payload)), \
+             FROM {messages} AS m), \
              moved_heads AS (UPDATE conversations SET last_seq = CASE \
              WHEN conversations.last_seq = h.base_seq \
              AND (h.created = 1 OR conversations.version = h.version) \
@@ -484,12 +504,12 @@ fn postgres_write_sql(answers: bool) -> &'static str {
              AS h(id, last_seq, unread_acc, base_seq, version, moved, created) \
              WHERE conversations.conversation_id = h.id \
              AND conversations.conversation_id = ANY(CAST($12 AS BIGINT[])) \
-             RETURNING conversations.conversation_id, conversations.version, h.created), ",
+             RETURNING conversations.conversation_id, conversations.version, h.created), "
         );
         if answers {
             sql += &format!(
                 "before AS (SELECT r.user_id, r.conversation_id, r.delivered \
-                 FROM {POSITIONS} CROSS JOIN LATERAL \
+                 FROM {positions} AS p CROSS JOIN LATERAL \
                  (SELECT user_id, conversation_id, \
                  GREATEST(delivered_seq, read_seq) AS delivered FROM read_positions \
                  WHERE user_id = p.user_id AND conversation_id = p.conversation_id \

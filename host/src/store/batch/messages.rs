@@ -432,20 +432,20 @@ fn postgres_columns<'q>(
 }
 
 /// PostgreSQL's statement of `write`, its arguments as `postgres_columns` binds them: the
-/// messages' and the positions' rows taken apart by `pg_rows`, each scanned once; the
-/// heads' by one `unnest` in `FROM`, which the planner hashes for the update's join (a
-/// select list it could put inside a nested loop, unnesting every array again for each
-/// head). A head whose last seq or version is not as read gets a NULL last seq: a NOT NULL
-/// violation, which fails the statement (`BatchError::Stale`); the version of a head this
-/// transaction created is not compared (none was read, and no one else could move it). It
-/// answers the versions of the created heads it wrote (kind 2: PostgreSQL is the only one
-/// that creates heads without reading them) and, with `answers` (a `received` asks where a
-/// delivered position is), where the delivered positions a `received` asked to move were
-/// (kind 0: the greater of delivered and read) and where every position it wrote is (kind
-/// 1). Without a `received` in the batch nothing reads those, so that statement neither
-/// looks them up nor sends a row back for every read position a send moved. One statement:
-/// the inserts and the update run as data-modifying CTEs; the positions as they were come
-/// from the statement's snapshot, before its upsert.
+/// messages' and the positions' rows taken apart by `pg_rows` where they are read (the
+/// positions twice with `answers`); the heads' by one `unnest` in `FROM`, joined to
+/// `conversations` by hash in the generic plan (their select list measured no faster, and a
+/// join could rescan it). A head whose last seq or version is not as read gets a NULL last
+/// seq: a NOT NULL violation, which fails the statement (`BatchError::Stale`); the version
+/// of a head this transaction created is not compared (none was read, and no one else could
+/// move it). It answers the versions of the created heads it wrote (kind 2: PostgreSQL is
+/// the only one that creates heads without reading them) and, with `answers` (a `received`
+/// asks where a delivered position is), where the delivered positions a `received` asked to
+/// move were (kind 0: the greater of delivered and read) and where every position it wrote
+/// is (kind 1). Without a `received` in the batch nothing reads those, so that statement
+/// neither looks them up nor sends a row back for every read position a send moved. One
+/// statement: the inserts and the update run as data-modifying CTEs; the positions as they
+/// were come from the statement's snapshot, before its upsert.
 fn postgres_write_sql(answers: bool) -> &'static str {
     static SQL: [std::sync::OnceLock<String>; 2] = [
         const { std::sync::OnceLock::new() },

@@ -770,12 +770,14 @@ const OFFLINE_USERS: usize = 10_000;
 
 /// The `offline` phase, on servers of its own with the push webhook on (a receiver on
 /// loopback that answers at once) and off: 16 senders, 64 in flight, texting 10,000 offline
-/// users with push tokens in turn.
+/// users with push tokens in turn, each sender its own share of them: first each one's
+/// first message, then for `secs`. Then, for `secs`, first messages again: each sender
+/// texts the users outside its share, a new conversation each.
 async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out: &mut Figures) {
     let users: Vec<String> = (0..OFFLINE_USERS).map(|i| format!("off{i}")).collect();
-    for (on, key, first_key) in [
-        (true, "push-on", "first-on"),
-        (false, "push-off", "first-off"),
+    for (on, key, first_key, firsts_key) in [
+        (true, "push-on", "first-on", "firsts-on"),
+        (false, "push-off", "first-off", "firsts-off"),
     ] {
         let db = Db::new(backend, &format!("bench-{name}-{key}")).await;
         let (hook, notices) = devices::webhook_sink().await;
@@ -803,7 +805,7 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             &server.addr,
             (key, "first"),
             &users,
-            (16, 64),
+            (16, 64, devices::Share::Own),
             600.0,
             per_sender,
         )
@@ -820,7 +822,7 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             &server.addr,
             (key, "steady"),
             &users,
-            (16, 64),
+            (16, 64, devices::Share::Own),
             secs,
             u64::MAX,
         )
@@ -835,6 +837,26 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
                 notices.load(Ordering::Relaxed)
             ),
             cpu.per(sent),
+        );
+        // First messages for `secs`: each sender texts the recipients outside its share,
+        // each a new conversation (10,000 above are too few to time: a fraction of a second).
+        let others = (OFFLINE_USERS - OFFLINE_USERS.div_ceil(16)) as u64;
+        let cpu = CpuMeter::start(pid);
+        let rate = devices::to_many(
+            &server.addr,
+            (key, "firsts"),
+            &users,
+            (16, 64, devices::Share::Others),
+            secs,
+            others,
+        )
+        .await;
+        out.record(
+            name,
+            pid,
+            firsts_key,
+            format!("{rate:.0} acked/s"),
+            cpu.per(((rate * secs) as u64).min(16 * others)),
         );
     }
 }
@@ -1529,6 +1551,11 @@ fn main() {
             "1:1 to 10,000 offline users with push tokens, 16 senders: webhook on",
         ),
         ("push-off", "… webhook off"),
+        (
+            "firsts-on",
+            "first messages for the phase's seconds after those, 16 senders each to the 9,375 users outside its share (each a new conversation): webhook on",
+        ),
+        ("firsts-off", "… webhook off"),
         (
             "mem",
             "server memory per idle connection, 10,000 connections",

@@ -187,14 +187,23 @@ pub async fn push_tokens(addr: &str, users: &[String], concurrency: usize, limit
     );
 }
 
+/// Which of `to_many`'s recipients a sender texts.
+#[derive(Clone, Copy)]
+pub enum Share {
+    /// Its own share: every `senders`-th recipient from its index on.
+    Own,
+    /// Every recipient outside its own share: after `Own`, each a new conversation.
+    Others,
+}
+
 /// `senders` connections sending texts by peer id to `recipients` in turn (each sender
-/// its own share), `window` in flight each, for `secs` or until each sent `cap`: acked
+/// its `share`), `window` in flight each, for `secs` or until each sent `cap`: acked
 /// sends per second. `round` keeps the client message ids of one call apart from another's.
 pub async fn to_many(
     addr: &str,
     (tag, round): (&str, &str),
     recipients: &[String],
-    (senders, window): (usize, u64),
+    (senders, window, share): (usize, u64, Share),
     secs: f64,
     cap: u64,
 ) -> f64 {
@@ -206,9 +215,9 @@ pub async fn to_many(
     for i in 0..senders {
         let share: Vec<String> = recipients
             .iter()
-            .skip(i)
-            .step_by(senders)
-            .cloned()
+            .enumerate()
+            .filter(|(j, _)| (j % senders == i) == matches!(share, Share::Own))
+            .map(|(_, r)| r.clone())
             .collect();
         let (addr, acked, round) = (addr.to_string(), acked.clone(), round.to_string());
         let sender = format!("{tag}s{i}");

@@ -765,14 +765,16 @@ async fn receipts_phase(
     }
 }
 
-/// Recipients of the `offline` phase, none online, each with a push token.
+/// Recipients of the `offline` phase, none online, each with a push token; its senders.
 const OFFLINE_USERS: usize = 10_000;
+const OFFLINE_SENDERS: usize = 16;
 
 /// The `offline` phase, on servers of its own with the push webhook on (a receiver on
 /// loopback that answers at once) and off: 16 senders, 64 in flight, texting 10,000 offline
 /// users with push tokens in turn, each sender its own share of them: first each one's
 /// first message, then for `secs`. Then, for `secs`, first messages again: each sender
-/// texts the users outside its share, a new conversation each.
+/// texts the users outside its share, a new conversation each, and then all of them
+/// again as a new user (`devices::Share::Others`).
 async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, out: &mut Figures) {
     let users: Vec<String> = (0..OFFLINE_USERS).map(|i| format!("off{i}")).collect();
     for (on, key, first_key, firsts_key) in [
@@ -799,13 +801,13 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
         );
         analyze_without_autovacuum(&db.url, name).await;
         // Each recipient's first message (a new conversation), then the steady load.
-        let per_sender = OFFLINE_USERS.div_ceil(16) as u64;
+        let per_sender = OFFLINE_USERS.div_ceil(OFFLINE_SENDERS) as u64;
         let cpu = CpuMeter::start(pid);
-        let first = devices::to_many(
+        let (first, _) = devices::to_many(
             &server.addr,
             (key, "first"),
             &users,
-            (16, 64, devices::Share::Own),
+            (OFFLINE_SENDERS, 64, devices::Share::Own),
             600.0,
             per_sender,
         )
@@ -818,11 +820,11 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             cpu.per(OFFLINE_USERS as u64),
         );
         let cpu = CpuMeter::start(pid);
-        let rate = devices::to_many(
+        let (rate, _) = devices::to_many(
             &server.addr,
             (key, "steady"),
             &users,
-            (16, 64, devices::Share::Own),
+            (OFFLINE_SENDERS, 64, devices::Share::Own),
             secs,
             u64::MAX,
         )
@@ -838,17 +840,17 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             ),
             cpu.per(sent),
         );
-        // First messages for `secs`: each sender texts the recipients outside its share,
-        // each a new conversation (10,000 above are too few to time: a fraction of a second).
-        let others = (OFFLINE_USERS - OFFLINE_USERS.div_ceil(16)) as u64;
+        // First messages for `secs`, each a new conversation (the 10,000 above are over in
+        // a fraction of a second): each sender texts the recipients outside its share,
+        // then all of them again as a new user.
         let cpu = CpuMeter::start(pid);
-        let rate = devices::to_many(
+        let (rate, acked) = devices::to_many(
             &server.addr,
             (key, "firsts"),
             &users,
-            (16, 64, devices::Share::Others),
+            (OFFLINE_SENDERS, 64, devices::Share::Others),
             secs,
-            others,
+            u64::MAX,
         )
         .await;
         out.record(
@@ -856,7 +858,7 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             pid,
             firsts_key,
             format!("{rate:.0} acked/s"),
-            cpu.per(((rate * secs) as u64).min(16 * others)),
+            cpu.per(acked),
         );
     }
 }
@@ -1553,7 +1555,7 @@ fn main() {
         ("push-off", "… webhook off"),
         (
             "firsts-on",
-            "first messages for the phase's seconds after those, 16 senders each to the 9,375 users outside its share (each a new conversation): webhook on",
+            "first messages to those 10,000 offline users for the phase's seconds, 16 senders each to the 9,375 outside its share, then to all as a new user (each a new conversation): webhook on",
         ),
         ("firsts-off", "… webhook off"),
         (

@@ -192,13 +192,16 @@ pub async fn push_tokens(addr: &str, users: &[String], concurrency: usize, limit
 pub enum Share {
     /// Its own share: every `senders`-th recipient from its index on.
     Own,
-    /// Every recipient outside its own share: after `Own`, each a new conversation.
+    /// Every recipient outside its own share, each a new conversation after `Own`: once
+    /// it texted them all, and those sends were acked, the sender connects as a new user
+    /// (`{tag}s{i}n{k}`, known once its token is used) and texts them all again.
     Others,
 }
 
 /// `senders` connections sending texts by peer id to `recipients` in turn (each sender
 /// its `share`), `window` in flight each, for `secs` or until each sent `cap`: acked
-/// sends per second. `round` keeps the client message ids of one call apart from another's.
+/// sends per second until `secs`, and every send acked (those in flight at `secs` too).
+/// `round` keeps the client message ids of one call apart from another's.
 pub async fn to_many(
     addr: &str,
     (tag, round): (&str, &str),
@@ -206,29 +209,41 @@ pub async fn to_many(
     (senders, window, share): (usize, u64, Share),
     secs: f64,
     cap: u64,
-) -> f64 {
+) -> (f64, u64) {
     let acked = Arc::new(AtomicU64::new(0));
+    let all_acked = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let until = deadline + Duration::from_secs(10);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..senders {
-        let share: Vec<String> = recipients
+        let peers: Vec<String> = recipients
             .iter()
             .enumerate()
             .filter(|(j, _)| (j % senders == i) == matches!(share, Share::Own))
             .map(|(_, r)| r.clone())
             .collect();
-        let (addr, acked, round) = (addr.to_string(), acked.clone(), round.to_string());
+        let (addr, round) = (addr.to_string(), round.to_string());
+        let (acked, all_acked) = (acked.clone(), all_acked.clone());
         let sender = format!("{tag}s{i}");
         tasks.push(tokio::spawn(async move {
             let mut ws = connect(&addr, &sender, "d").await;
             let (mut sent, mut got) = (0u64, 0u64);
+            // `Others`: the users this sender has connected as.
+            let mut users = 1;
             while Instant::now() < until
                 && (got < sent || (Instant::now() < deadline && sent < cap))
             {
                 while Instant::now() < deadline && sent - got < window && sent < cap {
-                    let peer = &share[sent as usize % share.len()];
+                    let at = sent as usize % peers.len();
+                    if matches!(share, Share::Others) && sent > 0 && at == 0 {
+                        if got < sent {
+                            break;
+                        }
+                        ws = connect(&addr, &format!("{sender}n{users}"), "d").await;
+                        users += 1;
+                    }
+                    let peer = &peers[at];
                     let to = json!({"peerId": peer});
                     let text = json!({"text": "are you there?"});
                     ws.feed(frame(&format!("{round}m{i}-{sent}"), &to, 1, text))
@@ -242,6 +257,7 @@ pub async fn to_many(
                         if t.as_str().starts_with(r#"{"type":"ack""#) =>
                     {
                         got += 1;
+                        all_acked.fetch_add(1, Ordering::Relaxed);
                         if Instant::now() <= deadline {
                             acked.fetch_add(1, Ordering::Relaxed);
                         }
@@ -260,5 +276,5 @@ pub async fn to_many(
     if !done {
         let _ = tokio::time::timeout_at(until.into(), all).await;
     }
-    rate
+    (rate, all_acked.load(Ordering::Relaxed))
 }

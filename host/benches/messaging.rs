@@ -800,10 +800,11 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             made.elapsed().as_secs_f64()
         );
         analyze_without_autovacuum(&db.url, name).await;
-        // Each recipient's first message (a new conversation), then the steady load.
+        // Each recipient's first message (a new conversation), then the steady load; the
+        // CPU of each part per send acked in it.
         let per_sender = OFFLINE_USERS.div_ceil(OFFLINE_SENDERS) as u64;
         let cpu = CpuMeter::start(pid);
-        let (first, _) = devices::to_many(
+        let (first, acked) = devices::to_many(
             &server.addr,
             (key, "first"),
             &users,
@@ -817,10 +818,10 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             pid,
             first_key,
             format!("{first:.0} acked/s"),
-            cpu.per(OFFLINE_USERS as u64),
+            cpu.per(acked),
         );
         let cpu = CpuMeter::start(pid);
-        let (rate, _) = devices::to_many(
+        let (rate, acked) = devices::to_many(
             &server.addr,
             (key, "steady"),
             &users,
@@ -829,7 +830,6 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
             u64::MAX,
         )
         .await;
-        let sent = (rate * secs) as u64;
         out.record(
             name,
             pid,
@@ -838,7 +838,7 @@ async fn offline_phase(name: &str, backend: &Backend, storage: &str, secs: f64, 
                 "{rate:.0} acked/s; {} notices reached the webhook",
                 notices.load(Ordering::Relaxed)
             ),
-            cpu.per(sent),
+            cpu.per(acked),
         );
         // First messages for `secs`, each a new conversation (the 10,000 above are over in
         // a fraction of a second): each sender texts the recipients outside its share,

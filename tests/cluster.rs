@@ -578,7 +578,7 @@ async fn redis_pub_sub_as_the_bus_carries_pushes_kicks_and_closes() {
     let db = Db::new(&svc.postgres, "cluster-redis-bus").await;
     let mut w = Wiring::nats(&svc, "redis-bus");
     w.bus = "redis";
-    w.bus_url = String::new();
+    w.bus_url = String::new(); // left out of the config: the bus uses redis_url
     let n = nodes(&db, &w, 2).await;
     let alice = n[0].user("alice").await;
     let bob = n[1].user("bob").await;

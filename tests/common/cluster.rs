@@ -54,6 +54,7 @@ pub struct Wiring {
     pub redis: String,
     /// `nats` or `redis`.
     pub bus: &'static str,
+    /// Empty: the section leaves `bus_url` out.
     pub bus_url: String,
     pub prefix: String,
     /// More `[cluster]` keys.
@@ -72,9 +73,14 @@ impl Wiring {
     }
 
     fn section(&self, node: u16) -> String {
+        let bus_url = if self.bus_url.is_empty() {
+            String::new()
+        } else {
+            format!("bus_url = \"{}\"\n", self.bus_url)
+        };
         format!(
-            "[cluster]\nnode_id = {node}\nredis_url = \"{}\"\nbus = \"{}\"\nbus_url = \"{}\"\nprefix = \"{}\"\nlease_secs = 3\n{}\n",
-            self.redis, self.bus, self.bus_url, self.prefix, self.extra
+            "[cluster]\nnode_id = {node}\nredis_url = \"{}\"\nbus = \"{}\"\n{bus_url}prefix = \"{}\"\nlease_secs = 3\n{}\n",
+            self.redis, self.bus, self.prefix, self.extra
         )
     }
 }

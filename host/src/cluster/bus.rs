@@ -75,7 +75,7 @@ impl Bus {
                             }
                         }
                     })
-                    .connect(c.bus_url.as_str())
+                    .connect(c.bus_address())
                     .await?;
                 // Wait (bounded) for the first connection, so a bus that is there at
                 // start-up is used from the first message.
@@ -87,7 +87,7 @@ impl Bus {
                 }
                 if client.connection_state() != async_nats::connection::State::Connected {
                     health.fail(Part::Bus, "NATS unreachable");
-                    tracing::warn!(url = %c.bus_url, "NATS is not reachable; starting without it");
+                    tracing::warn!(url = %c.bus_address(), "NATS is not reachable; starting without it");
                 }
                 for subject in subjects {
                     let mut sub = client.subscribe(subject).await?;
@@ -107,12 +107,7 @@ impl Bus {
                 Ok((Bus::Nats(client), rx))
             }
             BusKind::Redis => {
-                let url = if c.bus_url.is_empty() {
-                    &c.redis_url
-                } else {
-                    &c.bus_url
-                };
-                let client = redis::Client::open(url.as_str())?;
+                let client = redis::Client::open(c.bus_address())?;
                 let publisher = super::connect_redis(&client).await?;
                 tokio::spawn(redis_subscriber(client, subjects, tx, health));
                 Ok((Bus::Redis(publisher), rx))

@@ -159,7 +159,7 @@ impl Cluster {
         let health = Arc::new(Health::default());
         let (bus, incoming) = Bus::connect(c, health.clone())
             .await
-            .with_context(|| format!("the bus at {}", c.bus_url))?;
+            .with_context(|| format!("the bus at {}", c.bus_address()))?;
         let (out, rx) = mpsc::channel(FORWARD_QUEUE);
         let cluster = Arc::new(Cluster {
             node: c.node_id,

@@ -1,13 +1,17 @@
 //! The one typed configuration: embedded defaults, then a TOML file, then `COURIER_…`
 //! environment variables (`__` separates nesting: `COURIER_SERVER__LISTEN`). Unknown keys
 //! are errors that name the key. `check()` runs at start-up and on every reload.
+//!
+//! A variable's value is text, read as its key's type: a string key takes it exactly as
+//! written (a token of digits stays a token), a number or switch key parses it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
 pub use crate::plugins::{Isolation, PluginEntry, RuntimeConfig};
@@ -323,8 +327,9 @@ pub struct ClusterConfig {
     pub redis_url: String,
     pub bus: BusKind,
     /// The bus's address: a NATS server (`nats://…`), or with `bus = "redis"` a Redis
-    /// (`redis://…`; empty: `redis_url`).
-    pub bus_url: String,
+    /// (`redis://…`). Unset: `nats://127.0.0.1:4222` for NATS, `redis_url` for Redis (as is
+    /// an empty one); `bus_address()` resolves it.
+    pub bus_url: Option<String>,
     /// Starts every Redis key and bus subject: deployments that share a Redis or NATS
     /// keep apart by it.
     pub prefix: String,
@@ -346,7 +351,7 @@ impl Default for ClusterConfig {
             node_id: 0,
             redis_url: "redis://127.0.0.1:6379".into(),
             bus: BusKind::Nats,
-            bus_url: "nats://127.0.0.1:4222".into(),
+            bus_url: None,
             prefix: "courier".into(),
             route_ttl_secs: 90,
             refresh_secs: 30,
@@ -409,7 +414,21 @@ impl Default for MessagingConfig {
     }
 }
 
+/// The NATS server a NATS bus connects to when `cluster.bus_url` is not set.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+
 impl ClusterConfig {
+    /// Where the bus connects: `bus_url` when set and not empty; otherwise
+    /// `DEFAULT_NATS_URL` for a NATS bus and `redis_url` for a Redis one (`check()` refuses
+    /// an empty `bus_url` for NATS).
+    pub fn bus_address(&self) -> &str {
+        match (self.bus_url.as_deref(), self.bus) {
+            (Some(url), _) if !url.is_empty() => url,
+            (_, BusKind::Nats) => DEFAULT_NATS_URL,
+            (_, BusKind::Redis) => &self.redis_url,
+        }
+    }
+
     fn check(&self, config: &Config) -> Result<(), ConfigError> {
         let fail = |m: &str| Err(ConfigError::Check(m.into()));
         if config.storage.url.starts_with("sqlite:") {
@@ -428,8 +447,20 @@ impl ClusterConfig {
         if !self.redis_url.starts_with("redis://") && !self.redis_url.starts_with("rediss://") {
             return fail("cluster.redis_url must start with redis:// or rediss://");
         }
-        if self.bus == BusKind::Nats && self.bus_url.is_empty() {
-            return fail("cluster.bus_url must name the NATS server");
+        match (self.bus, self.bus_url.as_deref()) {
+            (BusKind::Nats, Some("")) => {
+                return fail("cluster.bus_url must name the NATS server");
+            }
+            (BusKind::Redis, Some(url))
+                if !url.is_empty()
+                    && !url.starts_with("redis://")
+                    && !url.starts_with("rediss://") =>
+            {
+                return fail(
+                    "cluster.bus_url must start with redis:// or rediss:// with bus = \"redis\"",
+                );
+            }
+            _ => {}
         }
         if self.prefix.is_empty()
             || !self
@@ -502,8 +533,10 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(file));
         }
-        fig = fig.merge(config_env());
-        let config: Config = fig.extract().map_err(|e| ConfigError::Invalid {
+        fig = fig.merge(EnvText(config_env()));
+        // Lossy: a number or switch key also reads a string that spells one, as every value
+        // from the environment is.
+        let config: Config = fig.extract_lossy().map_err(|e| ConfigError::Invalid {
             path: file
                 .map(|f| f.display().to_string())
                 .unwrap_or_else(|| "(defaults)".into()),
@@ -517,7 +550,7 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::string(text))
-            .extract()
+            .extract_lossy()
             .map_err(|e| ConfigError::Invalid {
                 path: "(inline)".into(),
                 message: e.to_string(),
@@ -648,6 +681,48 @@ fn config_env() -> Env {
         .split("__")
 }
 
+/// The variables of an `Env` with every value kept as text. Figment's `Env` parses each
+/// value (`1234…` becomes a number, `true` a switch, `[a]` a list), which a string key then
+/// refuses, and a parse loses text (`0012` → 12); with text only, the key's type decides,
+/// and `extract_lossy` parses the numbers and switches.
+struct EnvText(Env);
+
+impl Provider for EnvText {
+    fn metadata(&self) -> Metadata {
+        self.0.metadata()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut dict = Dict::new();
+        for (key, value) in self.0.iter() {
+            let path: Vec<&str> = key.as_str().split('.').filter(|k| !k.is_empty()).collect();
+            insert(&mut dict, &path, value);
+        }
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// Puts `value` at `path` in `dict`, making the tables on the way.
+fn insert(dict: &mut Dict, path: &[&str], value: String) {
+    match path {
+        [] => {}
+        [last] => {
+            dict.insert((*last).to_string(), Value::from(value));
+        }
+        [first, rest @ ..] => {
+            let entry = dict
+                .entry((*first).to_string())
+                .or_insert_with(|| Value::from(Dict::new()));
+            if !matches!(entry, Value::Dict(..)) {
+                *entry = Value::from(Dict::new());
+            }
+            if let Value::Dict(_, table) = entry {
+                insert(table, rest, value);
+            }
+        }
+    }
+}
+
 /// The registry loads what the config names, and the components bundled with the binary.
 impl crate::plugins::Setup for Config {
     fn runtime(&self) -> &RuntimeConfig {
@@ -716,6 +791,94 @@ mod tests {
             assert!(err.contains("heartbeat_sec"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
+    fn string_keys_from_the_environment_keep_their_text() {
+        figment::Jail::expect_with(|jail| {
+            // Each of these parses as something else: a number, a number with leading
+            // zeros, a float, a switch.
+            jail.set_env("COURIER_SERVER__ADMIN_TOKEN", "1234567890123456");
+            jail.set_env(
+                "COURIER_AUTH__JWT_SECRET",
+                "3.14159265358979323846264338327950",
+            );
+            jail.set_env("COURIER_PUSH__WEBHOOK_URL", "https://push.example/courier");
+            jail.set_env(
+                "COURIER_PUSH__WEBHOOK_SECRET",
+                "00000000000000000000000000000042",
+            );
+            jail.set_env("COURIER_STORAGE__URL", "postgres://courier@db/courier");
+            jail.set_env("COURIER_CLUSTER__PREFIX", "2024");
+            jail.set_env("COURIER_CLUSTER__REDIS_URL", "redis://127.0.0.1:6379");
+            jail.set_env("COURIER_LOG__FILTER", "true");
+            jail.set_env("COURIER_RUNTIME__DIR", "0755");
+            jail.set_env("COURIER_PLUGINS__POLL__SHA256", "0".repeat(64));
+            // Numbers and switches still read as such.
+            jail.set_env("COURIER_CLUSTER__NODE_ID", "0012");
+            jail.set_env("COURIER_PLUGINS__POLL__ENABLED", "false");
+            jail.set_env("COURIER_PLUGINS__POLL__FUEL_PER_CALL", "20000000");
+            let c = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(c.server.admin_token.as_deref(), Some("1234567890123456"));
+            assert_eq!(
+                c.auth.jwt_secret.as_deref(),
+                Some("3.14159265358979323846264338327950")
+            );
+            assert_eq!(
+                c.push.webhook_secret.as_deref(),
+                Some("00000000000000000000000000000042")
+            );
+            let cluster = c.cluster.as_ref().expect("the variables make [cluster]");
+            assert_eq!(cluster.prefix, "2024");
+            assert_eq!(cluster.node_id, 12);
+            assert_eq!(c.log.filter, "true");
+            assert_eq!(c.runtime.dir.as_deref(), Some(Path::new("0755")));
+            let poll = &c.plugins["poll"];
+            assert_eq!(poll.sha256.as_deref(), Some("0".repeat(64).as_str()));
+            assert!(!poll.enabled);
+            assert_eq!(poll.fuel_per_call, Some(20_000_000));
+            // A number key given text that is no number names the key.
+            jail.set_env("COURIER_GATEWAY__HEARTBEAT_SECS", "soon");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("HEARTBEAT_SECS"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_bus_url_defaults_by_bus_kind() {
+        let cluster = |keys: &str| {
+            Config::from_toml(&format!(
+                "[storage]\nurl = \"postgres://courier@db/courier\"\n[cluster]\nredis_url = \"redis://routes:6379\"\n{keys}"
+            ))
+            .map(|c| c.cluster.expect("[cluster] is there"))
+        };
+        let address = |keys: &str| cluster(keys).unwrap().bus_address().to_string();
+        assert_eq!(address(""), DEFAULT_NATS_URL);
+        assert_eq!(address("bus = \"nats\"\n"), DEFAULT_NATS_URL);
+        assert_eq!(
+            address("bus_url = \"nats://bus:4222\"\n"),
+            "nats://bus:4222"
+        );
+        assert_eq!(address("bus = \"redis\"\n"), "redis://routes:6379");
+        assert_eq!(
+            address("bus = \"redis\"\nbus_url = \"\"\n"),
+            "redis://routes:6379"
+        );
+        assert_eq!(
+            address("bus = \"redis\"\nbus_url = \"redis://bus:6379\"\n"),
+            "redis://bus:6379"
+        );
+        let err = cluster("bus_url = \"\"\n").unwrap_err().to_string();
+        assert!(err.contains("must name the NATS server"), "{err}");
+        let err = cluster("bus = \"redis\"\nbus_url = \"nats://bus:4222\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cluster.bus_url must start with redis://"),
+            "{err}"
+        );
     }
 
     #[test]

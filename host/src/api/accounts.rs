@@ -49,8 +49,14 @@ fn client_address(peer: Option<&Peer>) -> IpAddr {
 
 /// Counts a login or registration attempt against the client address's allowance.
 fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), Error> {
-    s.attempts.attempt(client_address(peer)).map_err(|retry| {
+    let address = client_address(peer);
+    s.attempts.attempt(address).map_err(|retry| {
         s.core.guards.count(Guard::AuthRateLimited);
+        tracing::debug!(
+            peer = %address,
+            guard = Guard::AuthRateLimited.name(),
+            "answering 429: over auth.attempts_per_minute_per_address"
+        );
         Error::rate_limited(
             "too many logins and registrations from your address; retry later",
             retry,
@@ -58,8 +64,31 @@ fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), Error> {
     })
 }
 
-fn busy(s: &AppState, e: Busy) -> Error {
+/// Checks `user_id`'s allowance of failed logins (for a login, or an account deletion's
+/// password).
+fn may_log_in(s: &AppState, user_id: &str, peer: Option<&Peer>) -> Result<(), Error> {
+    s.attempts.may_log_in(user_id).map_err(|retry| {
+        s.core.guards.count(Guard::AuthRateLimited);
+        tracing::debug!(
+            peer = %client_address(peer),
+            user = %user_id,
+            guard = Guard::AuthRateLimited.name(),
+            "answering 429: over auth.failed_logins_per_hour_per_account"
+        );
+        Error::rate_limited(
+            "too many failed logins for this account; retry later",
+            retry,
+        )
+    })
+}
+
+fn busy(s: &AppState, e: Busy, peer: Option<&Peer>) -> Error {
     s.core.guards.count(Guard::HashBusy);
+    tracing::debug!(
+        peer = %client_address(peer),
+        guard = Guard::HashBusy.name(),
+        "answering 503 busy: no hashing slot in auth.hash_queue_secs"
+    );
     Error::busy(e.to_string())
 }
 
@@ -94,7 +123,7 @@ pub async fn register(
         .passwords
         .hash(c.password)
         .await
-        .map_err(|e| busy(&s, e))?;
+        .map_err(|e| busy(&s, e, peer.as_deref()))?;
     let created = s
         .core
         .store
@@ -122,13 +151,7 @@ pub async fn login(
     if !valid_user_id(&c.user_id) {
         return Err(wrong());
     }
-    s.attempts.may_log_in(&c.user_id).map_err(|retry| {
-        s.core.guards.count(Guard::AuthRateLimited);
-        Error::rate_limited(
-            "too many failed logins for this account; retry later",
-            retry,
-        )
-    })?;
+    may_log_in(&s, &c.user_id, peer.as_deref())?;
     let hash = s
         .core
         .store
@@ -140,7 +163,7 @@ pub async fn login(
         .passwords
         .verify(c.password, hash)
         .await
-        .map_err(|e| busy(&s, e))?;
+        .map_err(|e| busy(&s, e, peer.as_deref()))?;
     if !ok {
         s.attempts.failed(&c.user_id);
         return Err(wrong());
@@ -206,13 +229,7 @@ pub async fn delete_own(
     if let Some(hash) = hash {
         // The password is checked as a login's is: counted, limited, locked.
         attempt(&s, peer.as_deref())?;
-        s.attempts.may_log_in(&user).map_err(|retry| {
-            s.core.guards.count(Guard::AuthRateLimited);
-            Error::rate_limited(
-                "too many failed logins for this account; retry later",
-                retry,
-            )
-        })?;
+        may_log_in(&s, &user, peer.as_deref())?;
         let wrong = || {
             Error::new(
                 Code::InvalidCredentials,
@@ -224,7 +241,7 @@ pub async fn delete_own(
             .passwords
             .verify(password, Some(hash))
             .await
-            .map_err(|e| busy(&s, e))?;
+            .map_err(|e| busy(&s, e, peer.as_deref()))?;
         if !ok {
             s.attempts.failed(&user);
             return Err(wrong());

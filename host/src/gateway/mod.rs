@@ -121,6 +121,7 @@ pub async fn upgrade(
     let peer = req.extensions().get::<Peer>().cloned();
     let opened = peer.as_ref().map_or_else(Instant::now, |p| p.head_at);
     let deadline = opened + Duration::from_secs(core.settings.handshake_secs);
+    let addr = peer.as_ref().map(|p| p.addr);
     tokio::spawn(async move {
         // Holds the connection's place under the connection caps for as long as it lives.
         let _admitted = peer.map(|p| p.admitted);
@@ -132,6 +133,13 @@ pub async fn upgrade(
             }
             Err(_) => {
                 core.guards.count(Guard::HandshakeTimeout);
+                tracing::debug!(
+                    peer = addr.map(tracing::field::display),
+                    user = %session.user_id,
+                    device = %device_id,
+                    guard = Guard::HandshakeTimeout.name(),
+                    "closing the connection: the WebSocket upgrade did not complete in time"
+                );
                 return;
             }
         };
@@ -270,6 +278,10 @@ async fn run(
         }
         Err(_) => {
             core.guards.count(Guard::HandshakeTimeout);
+            tracing::debug!(
+                guard = Guard::HandshakeTimeout.name(),
+                "closing the connection: the client did not read its hello in time"
+            );
             leave(&hub, &*links, &device).await;
             return;
         }

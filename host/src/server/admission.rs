@@ -23,6 +23,18 @@ pub enum Refusal {
     PerAddress(usize),
 }
 
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Total(n) => write!(f, "{n} open, server.max_connections"),
+            Refusal::PerAddress(n) => write!(
+                f,
+                "{n} open from its address, server.max_connections_per_address"
+            ),
+        }
+    }
+}
+
 impl Refusal {
     pub fn guard(self) -> Guard {
         match self {

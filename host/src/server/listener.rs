@@ -57,7 +57,7 @@ pub async fn serve(
                 Ok(a) => a,
                 Err(e) => {
                     guards.count(Guard::AcceptError);
-                    tracing::debug!("accept failed: {e}");
+                    tracing::debug!(guard = Guard::AcceptError.name(), "accept failed: {e}");
                     // Out of descriptors or memory: give the open connections a moment
                     // to end instead of spinning.
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -78,7 +78,9 @@ pub async fn serve(
                 ));
             }
             Err(refusal) => {
-                guards.count(refusal.guard());
+                let guard = refusal.guard();
+                guards.count(guard);
+                tracing::debug!(%peer, guard = guard.name(), "refusing the connection: {refusal}");
                 admission.refuse(stream, refusal);
             }
         }
@@ -202,7 +204,7 @@ async fn connection(
                 // The phase may have moved on meanwhile: only a deadline still in force counts.
                 if clock.deadline(&deadlines).0 <= Instant::now() {
                     guards.count(guard);
-                    tracing::debug!(%peer, ?guard, "closing the connection");
+                    tracing::debug!(%peer, guard = guard.name(), "closing the connection: its deadline passed");
                     return;
                 }
             }
@@ -227,6 +229,7 @@ async fn answer(
     (body_timeout, guards): (Duration, Arc<Guards>),
 ) -> Result<Response<Body>, Infallible> {
     let (mut parts, incoming) = req.into_parts();
+    let addr = peer.addr;
     let read_whole = Arc::new(AtomicBool::new(hyper::body::Body::is_end_stream(&incoming)));
     parts.extensions.insert(peer);
     let body = Body::new(Timed {
@@ -234,6 +237,7 @@ async fn answer(
         deadline: Box::pin(tokio::time::sleep(body_timeout)),
         read_whole: read_whole.clone(),
         guards,
+        peer: addr,
     });
     let mut res = router
         .call(Request::from_parts(parts, body))
@@ -246,13 +250,14 @@ async fn answer(
     Ok(res.map(|b| Body::new(Ends { inner: b, clock })))
 }
 
-/// A request body that fails with `BodyTimeout` once its deadline passes (counted), and
-/// says whether it was read to its end.
+/// A request body that fails with `BodyTimeout` once its deadline passes (counted and
+/// logged at debug with the client's address), and says whether it was read to its end.
 struct Timed {
     inner: Incoming,
     deadline: Pin<Box<tokio::time::Sleep>>,
     read_whole: Arc<AtomicBool>,
     guards: Arc<Guards>,
+    peer: SocketAddr,
 }
 
 impl hyper::body::Body for Timed {
@@ -277,6 +282,11 @@ impl hyper::body::Body for Timed {
             Poll::Pending => match self.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     self.guards.count(Guard::BodyTimeout);
+                    tracing::debug!(
+                        peer = %self.peer,
+                        guard = Guard::BodyTimeout.name(),
+                        "answering 408: the request body did not arrive in time"
+                    );
                     Poll::Ready(Some(Err(BodyTimeout.into())))
                 }
                 Poll::Pending => Poll::Pending,

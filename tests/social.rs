@@ -27,6 +27,7 @@ on_both!(
     a_block_made_before_the_first_message_holds,
     a_block_and_a_first_message_at_once_agree,
     a_deletion_and_a_first_message_to_it_at_once_agree,
+    ids_with_dots_and_at_signs_are_users_everywhere,
 );
 
 /// The test servers' `server.admin_token` (see `common::server`).
@@ -535,6 +536,85 @@ async fn crossing_requests_become_friends(b: Backend) {
         "already_friends",
     )
     .await;
+}
+
+/// A user id may hold `.` and `@` (registration takes them): such a user is a user
+/// everywhere another is, in friend requests, groups (created, added, made admin,
+/// kicked) and mentions.
+async fn ids_with_dots_and_at_signs_are_users_everywhere(b: Backend) {
+    use common::groups::{create, id_of};
+    let (_db, s) = setup(&b, "dotted-ids", "").await;
+    let dot = s.user("dot.user").await;
+    let mail = s.user("mail@example.com").await;
+    s.user("x.y@z").await;
+
+    let r = request(&s, &dot, "mail@example.com", None).await;
+    let rid = r["requestId"].as_str().expect("requestId").to_string();
+    assert_eq!(
+        (r["fromUserId"].as_str(), r["toUserId"].as_str()),
+        (Some("dot.user"), Some("mail@example.com")),
+        "{r}"
+    );
+    let (st, got) = decide(&s, &mail, &rid, "accept").await;
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(
+        friends(&s, &dot).await,
+        vec!["mail@example.com".to_string()]
+    );
+
+    let info = create(
+        &s,
+        &dot,
+        json!({"name": "Dots", "members": ["mail@example.com"]}),
+    )
+    .await;
+    let cid = id_of(&info);
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    let added = ok(
+        &s,
+        &dot,
+        "POST",
+        &g("/members"),
+        Some(json!({"userIds": ["x.y@z"]})),
+    )
+    .await;
+    assert_eq!(added["added"], json!(["x.y@z"]), "{added}");
+    let admin = ok(&s, &dot, "PUT", &g("/admins/mail@example.com"), None).await;
+    assert_eq!(
+        admin,
+        json!({"userId": "mail@example.com", "role": "admin"})
+    );
+
+    let mut ws = s.connect(&mail, "phone").await;
+    let ack = send_ok(
+        &mut ws,
+        json!({"type": "send", "id": "m1", "clientMsgId": "mail-1", "conversationType": 2,
+               "conversationId": cid, "contentType": 1,
+               "payload": {"text": "hi both", "mentions": ["dot.user", "x.y@z"]}}),
+    )
+    .await;
+    let seq = ack["seq"].as_i64().expect("seq");
+    let page = s
+        .get(
+            &dot,
+            &format!("/v1/conversations/{cid}/messages?afterSeq={}", seq - 1),
+        )
+        .await;
+    assert_eq!(
+        page["messages"][0]["payload"]["mentions"],
+        json!(["dot.user", "x.y@z"]),
+        "{page}"
+    );
+
+    let kicked = ok(
+        &s,
+        &dot,
+        "POST",
+        &g("/kick"),
+        Some(json!({"userIds": ["x.y@z"]})),
+    )
+    .await;
+    assert_eq!(kicked["kicked"], json!(["x.y@z"]), "{kicked}");
 }
 
 async fn friend_errors(b: Backend) {

@@ -126,6 +126,51 @@ pub fn id(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Whether `value` is a user id: 1..=64 characters of `[A-Za-z0-9_.@-]`. The server
+/// registers and recognizes users by this rule.
+pub fn is_user_id(value: &str) -> bool {
+    (1..=64).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'@'))
+}
+
+/// A user id ([`is_user_id`]), else `bad_id`.
+pub fn user_id(field: &str, value: &str) -> Result<(), Rejection> {
+    if !is_user_id(value) {
+        return Err(Rejection::new(
+            "bad_id",
+            format!("{field} must be 1 to 64 characters of A-Z, a-z, 0-9, _, ., - or @"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `value` is a device id: 1..=64 characters of `[A-Za-z0-9_.:-]`, but not `.` or
+/// `..` (path segments that clients rewrite). The server takes devices by this rule.
+pub fn is_device_id(value: &str) -> bool {
+    value != "."
+        && value != ".."
+        && (1..=64).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
+}
+
+/// A device id ([`is_device_id`]), else `bad_id`.
+pub fn device_id(field: &str, value: &str) -> Result<(), Rejection> {
+    if !is_device_id(value) {
+        return Err(Rejection::new(
+            "bad_id",
+            format!(
+                "{field} must be 1 to 64 characters of A-Z, a-z, 0-9, _, ., - or :, \
+                 and not . or .."
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +237,31 @@ mod tests {
         assert_eq!(code(id("i", "", 8)), "bad_id");
         assert_eq!(code(id("i", "a b", 8)), "bad_id");
         assert_eq!(code(id("i", "123456789", 8)), "bad_id");
+    }
+
+    #[test]
+    fn user_ids_take_dots_and_at_signs() {
+        for good in [
+            "bob",
+            "bob@example.com",
+            "dot.user",
+            "a_b-c",
+            &"x".repeat(64),
+        ] {
+            assert!(user_id("u", good).is_ok(), "{good}");
+        }
+        for bad in ["", "a b", "bob+1", "é", &"x".repeat(65)] {
+            assert_eq!(code(user_id("u", bad)), "bad_id", "{bad}");
+        }
+    }
+
+    #[test]
+    fn device_ids_take_colons_but_not_dot_segments() {
+        for good in ["phone", "ios:1.2", "a_b-c", "...", &"x".repeat(64)] {
+            assert!(device_id("d", good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "a@b", "a/b", &"x".repeat(65)] {
+            assert_eq!(code(device_id("d", bad)), "bad_id", "{bad}");
+        }
     }
 }

@@ -171,11 +171,10 @@ impl Tokens {
     }
 }
 
-/// User ids: 1–64 of `A–Z a–z 0–9 _ . - @`.
+/// User ids: 1–64 of `A–Z a–z 0–9 _ . - @`. The one rule, shared with the kinds that
+/// name users in their payloads (`courier_plugin_sdk::check::user_id`).
 pub fn valid_user_id(s: &str) -> bool {
-    (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'@'))
+    courier_plugin_sdk::check::is_user_id(s)
 }
 
 /// An argon2id hash (PHC string) with the crate's default cost. CPU-heavy: call from a

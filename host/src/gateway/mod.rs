@@ -61,13 +61,10 @@ pub struct Connect {
 }
 
 /// A device id: 1 to 64 of A-Z a-z 0-9 _ . - :, not `.` or `..` (a path segment clients
-/// rewrite).
+/// rewrite). The one rule, shared with the `encrypted` kind
+/// (`courier_plugin_sdk::check::device_id`).
 pub fn valid_device_id(s: &str) -> bool {
-    s != "."
-        && s != ".."
-        && (1..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
+    courier_plugin_sdk::check::is_device_id(s)
 }
 
 /// `GET /v1/ws?deviceId=…[&token=…][&presence=true]`: the token from the query or `Authorization: Bearer`.

@@ -5,7 +5,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use courier_plugin_sdk::{
-    Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, export_plugin,
+    Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
 };
 use serde::{Deserialize, Serialize};
 
@@ -50,21 +50,6 @@ fn base64_field(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// A device id as the server takes them: 1 to 64 of A-Z a-z 0-9 _ . - :.
-fn device_id(field: &str, value: &str) -> Result<(), Rejection> {
-    let ok = (1..=64).contains(&value.len())
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'));
-    if !ok {
-        return Err(Rejection::new(
-            "bad_id",
-            format!("{field} must be 1 to 64 characters of A-Z, a-z, 0-9, _, ., - or :"),
-        ));
-    }
-    Ok(())
-}
-
 struct EncryptedKind;
 
 impl Plugin for EncryptedKind {
@@ -91,9 +76,9 @@ impl Plugin for EncryptedKind {
                 format!("envelope version {} is not supported, use 1", e.v),
             ));
         }
-        device_id("senderDeviceId", &e.sender_device_id)?;
+        check::device_id("senderDeviceId", &e.sender_device_id)?;
         if let Some(r) = &e.recipient_device_id {
-            device_id("recipientDeviceId", r)?;
+            check::device_id("recipientDeviceId", r)?;
         }
         base64_field("header", &e.header, MAX_HEADER)?;
         base64_field("ciphertext", &e.ciphertext, MAX_CIPHERTEXT)?;

@@ -54,8 +54,8 @@ impl Plugin for FriendRequestKind {
             ));
         }
         check::id("requestId", &p.request_id, 64)?;
-        check::id("fromUserId", &p.from_user_id, 64)?;
-        check::id("toUserId", &p.to_user_id, 64)?;
+        check::user_id("fromUserId", &p.from_user_id)?;
+        check::user_id("toUserId", &p.to_user_id)?;
         if p.from_user_id == p.to_user_id {
             return Err(Rejection::new(
                 "self_request",

@@ -37,7 +37,7 @@ impl Plugin for GroupKickKind {
     }
 
     fn validate(_ctx: &Context, p: GroupKick) -> Result<GroupKick, Rejection> {
-        check::id("operatorId", &p.operator_id, 64)?;
+        check::user_id("operatorId", &p.operator_id)?;
         if p.kicked_user_ids.is_empty() || p.kicked_user_ids.len() > MAX_KICKED {
             return Err(Rejection::new(
                 "bad_member_list",
@@ -46,7 +46,7 @@ impl Plugin for GroupKickKind {
         }
         let mut kicked: Vec<String> = Vec::with_capacity(p.kicked_user_ids.len());
         for id in p.kicked_user_ids {
-            check::id("kickedUserIds[]", &id, 64)?;
+            check::user_id("kickedUserIds[]", &id)?;
             if id == p.operator_id {
                 return Err(Rejection::new(
                     "self_kick",

@@ -82,7 +82,7 @@ impl Plugin for GroupUpdateKind {
     }
 
     fn validate(_ctx: &Context, p: GroupUpdate) -> Result<GroupUpdate, Rejection> {
-        check::id("operatorId", &p.operator_id, 64)?;
+        check::user_id("operatorId", &p.operator_id)?;
         if p.name.is_none()
             && p.notice.is_none()
             && p.avatar.is_none()
@@ -103,7 +103,7 @@ impl Plugin for GroupUpdateKind {
         }
         let mut user_ids: Vec<String> = Vec::with_capacity(p.user_ids.len());
         for id in p.user_ids {
-            check::id("userIds[]", &id, 64)?;
+            check::user_id("userIds[]", &id)?;
             if !user_ids.contains(&id) {
                 user_ids.push(id);
             }
@@ -145,7 +145,8 @@ impl Plugin for GroupUpdateKind {
             .as_deref()
             .map(|n| check::optional_text("notice", n, 2000))
             .transpose()?;
-        if let Some(a) = &p.avatar {
+        // `""` removes the picture, as `notice: ""` clears the notice.
+        if let Some(a) = p.avatar.as_deref().filter(|a| !a.is_empty()) {
             check::https_url("avatar", a)?;
         }
         Ok(GroupUpdate {
@@ -189,8 +190,12 @@ impl Plugin for GroupUpdateKind {
             } else {
                 format!("{who} posted a notice: {n}")
             }
-        } else if p.avatar.is_some() {
-            format!("{who} changed the group picture")
+        } else if let Some(a) = &p.avatar {
+            if a.is_empty() {
+                format!("{who} removed the group picture")
+            } else {
+                format!("{who} changed the group picture")
+            }
         } else if let Some(j) = p.join_policy {
             let how = match j {
                 JoinPolicy::Open => "anyone may join",
@@ -222,6 +227,7 @@ impl Plugin for GroupUpdateKind {
                 2,
                 r#"{"operatorId":"admin1","avatar":"https://cdn.example.com/g.png"}"#,
             ),
+            Example::accept("avatar-removed", 2, r#"{"operatorId":"owner","avatar":""}"#),
             Example::accept("mute-all", 2, r#"{"operatorId":"owner","muteAll":true}"#),
             Example::accept(
                 "created",

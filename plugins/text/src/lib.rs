@@ -52,7 +52,7 @@ impl Plugin for TextKind {
         }
         let mut mentions = Vec::with_capacity(p.mentions.len());
         for m in p.mentions {
-            check::id("mentions[]", &m, 64)?;
+            check::user_id("mentions[]", &m)?;
             if !mentions.contains(&m) {
                 mentions.push(m);
             }

@@ -18,6 +18,7 @@ on_both!(
     channels_broadcast_to_subscribers,
     channel_history_survives_leaving_and_rejoining,
     a_new_subscriber_sees_no_earlier_post_in_the_overview,
+    a_channel_checks_a_kick_as_a_group_does,
 );
 
 async fn channels_broadcast_to_subscribers(b: Backend) {
@@ -260,5 +261,49 @@ async fn a_new_subscriber_sees_no_earlier_post_in_the_overview(b: Backend) {
         (o["lastMessage"]["seq"].as_i64(), o["unread"].as_i64()),
         (Some(seq), Some(1)),
         "{o}"
+    );
+}
+
+/// A kick from a channel writes no tip, but its request is checked as a group's: a reason
+/// over 200 characters is refused the same way.
+async fn a_channel_checks_a_kick_as_a_group_does(b: Backend) {
+    let (_db, s) = setup(&b, "channel-kick", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "News", "conversationType": 3})).await);
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    ok(&s, &bob, "POST", &g("/join"), Some(json!({}))).await;
+    let long = "r".repeat(201);
+    let (st, got) = common::server::call(
+        &s,
+        &alice,
+        "POST",
+        &g("/kick"),
+        Some(json!({"userIds": ["bob"], "reason": long})),
+    )
+    .await;
+    assert_eq!(
+        (
+            st,
+            got["error"]["code"].as_str(),
+            got["error"]["reason"].as_str()
+        ),
+        (422, Some("payload_invalid"), Some("too_long")),
+        "{got}"
+    );
+    assert_eq!(my_group(&s, &bob, cid).await["memberState"], "member");
+    let kicked = ok(
+        &s,
+        &alice,
+        "POST",
+        &g("/kick"),
+        Some(json!({"userIds": ["bob"], "reason": "spam"})),
+    )
+    .await;
+    assert_eq!(kicked, json!({"kicked": ["bob"]}));
+    assert_eq!(
+        seqs(&s.pull_all(&alice, cid).await),
+        vec![1],
+        "no tip in a channel"
     );
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use common::groups::{
     create, events_after, id_of, my_group, named, overview, position, say, say_fails, without_by,
 };
-use common::server::{Backend, User, ok, setup};
+use common::server::{Backend, Server, User, ok, setup};
 use serde_json::{Value, json};
 
 on_both!(
@@ -18,7 +18,27 @@ on_both!(
     joining_an_opened_group_answers_the_pending_request,
     dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips,
     a_join_body_is_optional_and_checked_like_every_body,
+    a_member_adding_a_requester_answers_the_request,
 );
+
+/// `by` adds `user`, who had asked to join: added, and no request is left pending (as
+/// `admin` lists them).
+async fn adds_and_answers(s: &Server, by: &User, admin: &User, cid: i64, user: &str) {
+    let path = format!("/v1/groups/{cid}");
+    let got = ok(
+        s,
+        by,
+        "POST",
+        &format!("{path}/members"),
+        Some(json!({"userIds": [user]})),
+    )
+    .await;
+    assert_eq!(got, json!({"added": [user]}));
+    assert_eq!(
+        s.get(admin, &format!("{path}/join-requests")).await["requests"],
+        json!([])
+    );
+}
 
 async fn join_requests_with_approval(b: Backend) {
     let (_db, s) = setup(&b, "group-join-requests", "").await;
@@ -227,19 +247,7 @@ async fn join_requests_with_approval(b: Backend) {
         .as_str()
         .unwrap()
         .to_string();
-    let got = ok(
-        &s,
-        &alice,
-        "POST",
-        &g("/members"),
-        Some(json!({"userIds": ["frank"]})),
-    )
-    .await;
-    assert_eq!(got, json!({"added": ["frank"]}));
-    assert_eq!(
-        s.get(&alice, &g("/join-requests")).await["requests"],
-        json!([])
-    );
+    adds_and_answers(&s, &alice, &alice, cid, "frank").await;
     s.expect_error(
         "POST",
         &g("/join-requests/frank/approve"),
@@ -319,6 +327,44 @@ async fn joining_an_opened_group_answers_the_pending_request(b: Backend) {
     assert_eq!(answered.len(), 1, "{ev:?}");
     assert_eq!(answered[0]["data"]["state"], "approved");
     assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
+}
+
+/// A member may add people once the group is no longer `approval`; adding someone who asked
+/// to join answers their request, as an owner's or admin's add does.
+async fn a_member_adding_a_requester_answers_the_request(b: Backend) {
+    let (_db, s) = setup(&b, "member-adds-requester", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "A", "joinPolicy": "approval", "members": ["bob"]}),
+        )
+        .await,
+    );
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    let asked = ok(&s, &dave, "POST", &g("/join"), Some(json!({}))).await;
+    assert_eq!(asked["state"], "pending");
+    ok(
+        &s,
+        &alice,
+        "PATCH",
+        &g(""),
+        Some(json!({"joinPolicy": "open"})),
+    )
+    .await;
+    let (d0, a0) = (position(&s, &dave).await, position(&s, &alice).await);
+    adds_and_answers(&s, &bob, &alice, cid, "dave").await;
+    for (who, from) in [(&dave, d0), (&alice, a0)] {
+        let ev = events_after(&s, who, from).await;
+        let answered: Vec<&Value> = named(&ev, "group.joinRequest");
+        assert_eq!(answered.len(), 1, "{}: {ev:?}", who.id);
+        assert_eq!(answered[0]["data"]["state"], "approved");
+        assert_eq!(answered[0]["data"]["by"], "bob");
+        assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
+    }
 }
 
 /// Dissolving answers pending join requests; patches and unmutes that change nothing make

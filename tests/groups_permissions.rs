@@ -471,6 +471,17 @@ async fn every_permission_code(b: Backend) {
     let mut bob_ws = s.connect(&bob, "phone").await;
     let e = send_err(&mut bob_ws, gtext("d1", cid, 2, "anyone?")).await;
     assert_eq!(e["code"], "group_dissolved", "{e}");
+    // A live kind gets the same answer as a stored one.
+    let typing = json!({"type": "send", "id": "d2", "clientMsgId": "d2", "conversationType": 2,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}});
+    let e = send_err(&mut bob_ws, typing).await;
+    assert_eq!(e["code"], "group_dissolved", "{e}");
+    // Someone who never was a member is told just that.
+    let mut erin_ws = s.connect(&erin, "phone").await;
+    let typing = json!({"type": "send", "id": "d3", "clientMsgId": "d3", "conversationType": 2,
+        "conversationId": cid, "contentType": 5, "payload": {"state": "typing"}});
+    let e = send_err(&mut erin_ws, typing).await;
+    assert_eq!(e["code"], "not_a_member", "{e}");
     say_fails(&s, &alice, cid, 2, 409, "group_dissolved").await;
     for (method, path, body) in [
         ("PATCH", g(""), Some(json!({"name": "Back"}))),

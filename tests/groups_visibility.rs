@@ -20,6 +20,7 @@ on_both!(
     visibility_follows_membership,
     a_resend_in_a_group_reaches_no_later_member,
     a_former_members_list_stops_at_their_departure,
+    a_group_picture_can_be_removed,
 );
 
 async fn create_snapshots_and_tips(b: Backend) {
@@ -548,4 +549,27 @@ async fn a_former_members_list_stops_at_their_departure(b: Backend) {
         vec![other, cid],
         "the group she left did not move to the front"
     );
+}
+
+/// `avatar: ""` removes a group's picture, as `notice: ""` clears its notice: a tip says so.
+async fn a_group_picture_can_be_removed(b: Backend) {
+    let (_db, s) = setup(&b, "group-avatar", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let info = create(
+        &s,
+        &alice,
+        json!({"name": "Pics", "members": ["bob"], "avatar": "https://cdn.example.com/g.png"}),
+    )
+    .await;
+    let cid = id_of(&info);
+    let g = format!("/v1/groups/{cid}");
+    let removed = ok(&s, &alice, "PATCH", &g, Some(json!({"avatar": ""}))).await;
+    assert_eq!(removed["avatar"], "", "{removed}");
+    assert_eq!(s.get(&bob, &g).await["avatar"], "");
+    let tip = s.pull_all(&bob, cid).await.pop().expect("the tip");
+    assert_eq!(tip["payload"], json!({"operatorId": "alice", "avatar": ""}));
+    // Removed already: nothing changes, no tip.
+    ok(&s, &alice, "PATCH", &g, Some(json!({"avatar": ""}))).await;
+    assert_eq!(s.pull_all(&bob, cid).await.len(), 2);
 }

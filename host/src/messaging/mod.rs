@@ -398,7 +398,21 @@ impl Core {
             Target::Conversation(id) => *id,
             Target::Peer(peer) => self.private_conversation(sender, peer).await?,
         };
-        let (live_members, members) = self.members_of(conversation_id).await?;
+        let (live_members, members) = match self.members_of(conversation_id).await {
+            Err(e) if e.code == Code::NotAMember => {
+                // No current member at all, as in a dissolved group: the rules decide from
+                // the sender's past membership.
+                return Err(self
+                    .refuse_outsider(conversation_id, sender, live.conversation_type)
+                    .await);
+            }
+            found => found?,
+        };
+        if !members.iter().any(|m| m == sender) {
+            return Err(self
+                .refuse_outsider(conversation_id, sender, live.conversation_type)
+                .await);
+        }
         let conversation_type = live_members.conversation_type;
         // The rules of a stored send hold for live kinds too. The cache lists current
         // members only; a group's members without a role or mute are not in `roles`.
@@ -407,7 +421,7 @@ impl Core {
             conversation_type,
             dissolved: false,
             mute_all: live_members.mute_all,
-            membership: members.iter().any(|m| m == sender).then_some(None),
+            membership: Some(None),
             role: (conversation_type >= 2)
                 .then(|| live_members.roles.get(sender).copied().unwrap_or((0, 0))),
             blockers: &live_members.blockers,
@@ -493,6 +507,35 @@ impl Core {
     pub fn drop_all_cached(&self) {
         self.drop_cached(&Forget::AllMembers);
         self.accounts.lock().expect("accounts").clear();
+    }
+
+    /// The refusal of a live send from `sender`, who is no current member of the
+    /// conversation: read from the database (a refusal, not the path of every signal), so
+    /// that the rules answer as they would for a stored kind (a past member of a dissolved
+    /// group hears `group_dissolved`, anyone else `not_a_member`).
+    async fn refuse_outsider(&self, conversation_id: i64, sender: &str, asked: u8) -> Error {
+        let (group, member) = match tokio::try_join!(
+            self.store.group(conversation_id),
+            self.store.member(conversation_id, sender),
+        ) {
+            Ok(read) => read,
+            Err(e) => return crate::store::unavailable(e),
+        };
+        let view = rules::SendView {
+            conversation_id,
+            conversation_type: group.as_ref().map_or(asked, |g| g.conversation_type),
+            dissolved: group.is_some_and(|g| g.dissolved),
+            mute_all: false,
+            membership: member.map(|m| m.left_at_seq),
+            role: None,
+            blockers: &[],
+            deleted: None,
+        };
+        match rules::may_send(&view, sender, asked, crate::clock::now_ms()) {
+            Err(refused) => refused.into(),
+            // A member since the cache was read: not one when the send was decided.
+            Ok(()) => Refused::NotAMember(conversation_id).into(),
+        }
     }
 
     async fn members_of(&self, conversation_id: i64) -> Result<Members, Error> {

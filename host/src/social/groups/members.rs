@@ -136,13 +136,10 @@ impl Core {
                 let tip = self
                     .admit(&mut c, &mut l, actor, &new, &rows, "membersAdded")
                     .await?;
-                // An owner or admin adding someone who asked to join answers their request.
-                let mut pending = if l.me.role >= Role::Admin {
-                    let named: Vec<&str> = new.iter().map(String::as_str).collect();
-                    q::pending_join_requests_of(d, &mut c.tx, id, &named).await?
-                } else {
-                    HashMap::new()
-                };
+                // Adding someone who asked to join answers their request, whoever adds them
+                // (a member may add once the policy is no longer `approval`): they are in.
+                let named: Vec<&str> = new.iter().map(String::as_str).collect();
+                let mut pending = q::pending_join_requests_of(d, &mut c.tx, id, &named).await?;
                 for u in &new {
                     if let Some(r) = pending.remove(u) {
                         let r = q::JoinRequest {

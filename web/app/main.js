@@ -39,9 +39,14 @@ function savedSession() {
   }
 }
 
+/** Where the browser keeps a user's device id. */
+function deviceKey(userId) {
+  return `courier.device.${userId}`;
+}
+
 /** One device id per user per browser profile (two tabs replace each other's connection). */
 function deviceId(userId) {
-  const key = `courier.device.${userId}`;
+  const key = deviceKey(userId);
   let id = localStorage.getItem(key);
   if (!id) {
     const bytes = crypto.getRandomValues(new Uint8Array(6));
@@ -177,6 +182,11 @@ function onState(s) {
           banner("");
           state.client.connect();
         });
+      } else if (s.reason === "device_removed") {
+        // Its id may not connect again: the next login here is a new device.
+        localStorage.removeItem(SESSION_KEY);
+        localStorage.removeItem(deviceKey(state.me));
+        showAuth("This browser was removed from your devices: log in to use it again.");
       } else if (["token_revoked", "unauthorized", "account_deleted"].includes(s.reason)) {
         localStorage.removeItem(SESSION_KEY);
         showAuth(

@@ -24,6 +24,7 @@ export const FINAL_CLOSE_CODES: Readonly<Record<number, string>> = {
   4001: "replaced",
   4003: "token_revoked",
   4004: "account_deleted",
+  4009: "device_removed",
 };
 
 /** How long a close event may follow an error event before the link is given up. */

@@ -109,6 +109,27 @@ test("token_revoked (4003) and account_deleted (4004) stop the client", async ()
   assert.ok(!revoked.stateNames().includes("waiting") && !deleted.stateNames().includes("waiting"));
 });
 
+test("device_removed (4009) stops the client, from the close code alone too", async () => {
+  const token = await server.register("owner");
+  const link = await Link.start(server);
+  try {
+    // The kicked frame is dropped: only the close code says why.
+    link.onServerFrame = ({ json }) => (json?.type === "kicked" ? "drop" : undefined);
+    const phone = client(server, { token, deviceId: "old-phone", wsUrl: link.wsUrl });
+    opened.push(phone);
+    phone.client.connect();
+    await online([phone]);
+    const other = open(token, "new-phone");
+    await other.client.api.request("DELETE", "/v1/devices/old-phone");
+    await eventually([phone], () => phone.client.state.state === "closed", "closed after removal");
+    assert.deepEqual(phone.client.state, { state: "closed", reason: "device_removed", code: 4009, error: undefined });
+    assert.ok(!phone.stateNames().includes("waiting"), "no reconnection was even scheduled");
+    assert.equal(link.accepted, 1, "no new connection was tried");
+  } finally {
+    await link.close();
+  }
+});
+
 test("a token the server refuses ends the client instead of retrying forever", async () => {
   const refused = open("not-a-token", "nobody-phone");
   refused.client.connect();

@@ -533,15 +533,20 @@ impl Config {
             }
             fig = fig.merge(Toml::file_exact(file));
         }
-        fig = fig.merge(EnvText(config_env()));
-        // Lossy: a number or switch key also reads a string that spells one, as every value
-        // from the environment is.
-        let config: Config = fig.extract_lossy().map_err(|e| ConfigError::Invalid {
+        let invalid = |e: figment::Error| ConfigError::Invalid {
             path: file
                 .map(|f| f.display().to_string())
                 .unwrap_or_else(|| "(defaults)".into()),
             message: e.to_string(),
-        })?;
+        };
+        // The file's values have their TOML types: a number key given "30" is refused.
+        fig.extract::<Config>().map_err(invalid)?;
+        // Lossy: a number or switch key also reads a string that spells one, as every value
+        // from the environment is.
+        let config: Config = fig
+            .merge(EnvText(config_env()))
+            .extract_lossy()
+            .map_err(invalid)?;
         config.check()?;
         Ok(config)
     }
@@ -550,7 +555,7 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::string(text))
-            .extract_lossy()
+            .extract()
             .map_err(|e| ConfigError::Invalid {
                 path: "(inline)".into(),
                 message: e.to_string(),
@@ -684,8 +689,18 @@ fn config_env() -> Env {
 /// The variables of an `Env` with every value kept as text. Figment's `Env` parses each
 /// value (`1234…` becomes a number, `true` a switch, `[a]` a list), which a string key then
 /// refuses, and a parse loses text (`0012` → 12); with text only, the key's type decides,
-/// and `extract_lossy` parses the numbers and switches.
+/// and `extract_lossy` parses the numbers and switches. As that parse did, the text is
+/// trimmed, and a value in double quotes is the text inside them (`"0012"` → `0012`).
 struct EnvText(Env);
+
+/// A variable's value as its key reads it (`EnvText`).
+fn env_text(value: &str) -> String {
+    let value = value.trim();
+    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(inner) => inner.to_string(),
+        None => value.to_string(),
+    }
+}
 
 impl Provider for EnvText {
     fn metadata(&self) -> Metadata {
@@ -696,7 +711,7 @@ impl Provider for EnvText {
         let mut dict = Dict::new();
         for (key, value) in self.0.iter() {
             let path: Vec<&str> = key.as_str().split('.').filter(|k| !k.is_empty()).collect();
-            insert(&mut dict, &path, value);
+            insert(&mut dict, &path, env_text(&value));
         }
         Ok(Profile::Default.collect(dict))
     }
@@ -807,13 +822,15 @@ mod tests {
             jail.set_env("COURIER_PUSH__WEBHOOK_URL", "https://push.example/courier");
             jail.set_env(
                 "COURIER_PUSH__WEBHOOK_SECRET",
-                "00000000000000000000000000000042",
+                "\"00000000000000000000000000000042\"",
             );
             jail.set_env("COURIER_STORAGE__URL", "postgres://courier@db/courier");
             jail.set_env("COURIER_CLUSTER__PREFIX", "2024");
             jail.set_env("COURIER_CLUSTER__REDIS_URL", "redis://127.0.0.1:6379");
             jail.set_env("COURIER_LOG__FILTER", "true");
             jail.set_env("COURIER_RUNTIME__DIR", "0755");
+            // Trimmed, and quoted as a shell or an env file may write it.
+            jail.set_env("COURIER_SERVER__METRICS_LISTEN", " 127.0.0.1:9464\r");
             jail.set_env("COURIER_PLUGINS__POLL__SHA256", "0".repeat(64));
             // Numbers and switches still read as such.
             jail.set_env("COURIER_CLUSTER__NODE_ID", "0012");
@@ -833,6 +850,10 @@ mod tests {
             assert_eq!(cluster.prefix, "2024");
             assert_eq!(cluster.node_id, 12);
             assert_eq!(c.log.filter, "true");
+            assert_eq!(
+                c.server.metrics_listen,
+                Some("127.0.0.1:9464".parse().unwrap())
+            );
             assert_eq!(c.runtime.dir.as_deref(), Some(Path::new("0755")));
             let poll = &c.plugins["poll"];
             assert_eq!(poll.sha256.as_deref(), Some("0".repeat(64).as_str()));

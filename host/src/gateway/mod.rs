@@ -382,7 +382,15 @@ const GOODBYE: Duration = Duration::from_secs(5);
 /// arriving): the server stops writing and reads the bytes away until the client closes,
 /// so the close frame is not lost to a TCP reset.
 async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
-    tracing::debug!(user = %device.user_id, device = %device.device_id, "closing the connection: {}", why.reason());
+    // A slow consumer is a counted cut-off: its line names the guard, as the others do.
+    let guard = (why == Close::SlowConsumer).then(|| Guard::SlowConsumer.name());
+    tracing::debug!(
+        user = %device.user_id,
+        device = %device.device_id,
+        guard,
+        "closing the connection: {}",
+        why.reason()
+    );
     let kicked = match why {
         Close::Replaced => Some("this device connected again; this connection is closed"),
         Close::Revoked => Some("the token of this connection was revoked; log in again"),

@@ -533,8 +533,15 @@ impl Core {
         };
         match rules::may_send(&view, sender, asked, crate::clock::now_ms()) {
             Err(refused) => refused.into(),
-            // A member since the cache was read: not one when the send was decided.
-            Ok(()) => Refused::NotAMember(conversation_id).into(),
+            // A member since the cache was read: not one when the send was decided. The
+            // entry goes, so their next send reads the members again.
+            Ok(()) => {
+                self.members
+                    .lock()
+                    .expect("members")
+                    .remove(&conversation_id);
+                Refused::NotAMember(conversation_id).into()
+            }
         }
     }
 

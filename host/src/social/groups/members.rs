@@ -208,6 +208,11 @@ impl Core {
                 if !reason.is_empty() {
                     payload["reason"] = reason.clone().into();
                 }
+                // A channel's kick makes no tip, but its reason is the client's: checked by
+                // the kind as a group's, so both answer a request alike.
+                if l.head.conversation_type != 2 {
+                    self.system_payload(GROUP_KICK, 2, id, &payload)?;
+                }
                 let tip = self
                     .group_tip(&mut c.tx, &mut l, GROUP_KICK, actor, payload, now)
                     .await?;

@@ -155,9 +155,7 @@ impl Core {
         .await?)
     }
 
-    /// A tip in a group; nothing in a channel, whose subscribers are not announced. The
-    /// payload is checked in both, by the kind's plugin as a group's tip, so a request
-    /// gets the same answer from a group and a channel (a kick's reason too long).
+    /// A tip in a group; nothing in a channel, whose subscribers are not announced.
     async fn group_tip(
         &self,
         tx: &mut AnyConnection,
@@ -168,7 +166,6 @@ impl Core {
         now: i64,
     ) -> Result<Option<std::sync::Arc<crate::protocol::Stored>>, OpError> {
         if l.head.conversation_type != 2 {
-            self.system_payload(kind, 2, l.head.conversation_id, &payload)?;
             return Ok(None);
         }
         Ok(Some(self.tip(tx, l, kind, operator, payload, now).await?))

@@ -65,7 +65,7 @@ export function groupTip(message, me) {
   const changes = [];
   if (p.name !== undefined) changes.push(`renamed the group to “${p.name}”`);
   if (p.notice !== undefined) changes.push(p.notice ? `set the notice: ${p.notice}` : "cleared the notice");
-  if (p.avatar !== undefined) changes.push("changed the avatar");
+  if (p.avatar !== undefined) changes.push(p.avatar ? "changed the avatar" : "removed the avatar");
   if (p.muteAll !== undefined) changes.push(p.muteAll ? "muted everyone" : "unmuted everyone");
   if (p.joinPolicy !== undefined) changes.push(`set joining to ${p.joinPolicy}`);
   return changes.length ? `${op} ${changes.join(", ")}` : `${op} changed the group`;

@@ -409,11 +409,22 @@ export class CourierClient extends Emitter<ClientEvents> {
     return { friends, friendRequestsIn, friendRequestsOut, blocks, groups };
   }
 
-  /** Asked after a connection attempt failed before its `hello`: is the token refused? */
+  /**
+   * Asked after a connection attempt failed before its `hello`: is the token refused? And,
+   * for a device that had a session before (so the server registered it), was it removed
+   * since? A removed device is not listed, and may not connect until registered again.
+   */
   async #checkAuth(): Promise<CourierError | undefined> {
     try {
       await this.api.userStream({ limit: 0 });
-      return undefined;
+      if (this.#userId === undefined) return undefined;
+      const { devices } = await this.api.request<{ devices: { deviceId: string }[] }>("GET", "/v1/devices");
+      if (devices.some((d) => d.deviceId === this.#options.deviceId)) return undefined;
+      return new CourierError(
+        "device_removed",
+        "this device was removed by its user: register it again (POST /v1/devices) to connect",
+        { status: 403 },
+      );
     } catch (err) {
       return err instanceof CourierError && err.status === 401 ? err : undefined;
     }

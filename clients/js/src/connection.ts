@@ -83,7 +83,8 @@ interface Link {
  * One device's WebSocket, kept up: it opens the socket, waits for `hello`, pings after
  * silence, gives up on a link that stopped answering, and reconnects with jittered
  * exponential backoff — except after the close codes that say not to (`replaced`,
- * `token_revoked`, `account_deleted`, or a `kicked` frame with one of them).
+ * `token_revoked`, `account_deleted`, `device_removed`, or a `kicked` frame with one of
+ * them).
  */
 export class Connection extends Emitter<ConnectionEvents> {
   readonly #options: ConnectionOptions;

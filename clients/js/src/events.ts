@@ -15,7 +15,7 @@ export type ClientState =
   /** The connection was lost (`code`, `reason`); the next attempt is in `delayMs`. */
   | { state: "waiting"; attempt: number; delayMs: number; code: number; reason: string }
   /** For good: closed by `close()` (`closed_by_client`), or `replaced`, `token_revoked`,
-   * `account_deleted`, `unauthorized`. `connect()` starts again. */
+   * `account_deleted`, `device_removed`, `unauthorized`. `connect()` starts again. */
   | { state: "closed"; reason: string; code?: number; error?: CourierError };
 
 export interface RecallEvent {

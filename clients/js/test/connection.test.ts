@@ -130,6 +130,29 @@ test("device_removed (4009) stops the client, from the close code alone too", as
   }
 });
 
+test("a device removed while its client was away ends the client at the next attempt", async () => {
+  const token = await server.register("traveller");
+  const link = await Link.start(server);
+  try {
+    const phone = client(server, { token, deviceId: "away-phone", wsUrl: link.wsUrl });
+    opened.push(phone);
+    phone.client.connect();
+    await online([phone]);
+    link.hold();
+    link.cutAll();
+    await eventually([phone], () => phone.client.state.state === "waiting", "offline");
+    await open(token, "home-phone").client.api.request("DELETE", "/v1/devices/away-phone");
+    link.release();
+    await eventually([phone], () => phone.client.state.state === "closed", "closed at the next attempt");
+    const state = phone.client.state;
+    assert.ok(state.state === "closed");
+    assert.equal(state.reason, "device_removed");
+    assert.equal(state.error?.status, 403);
+  } finally {
+    await link.close();
+  }
+});
+
 test("a token the server refuses ends the client instead of retrying forever", async () => {
   const refused = open("not-a-token", "nobody-phone");
   refused.client.connect();

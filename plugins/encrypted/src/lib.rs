@@ -107,6 +107,11 @@ impl Plugin for EncryptedKind {
                 r#"{"v":1,"type":"message","senderDeviceId":"phone-1","header":"AQ==","ciphertext":"AAAA"}"#,
             ),
             Example::reject(
+                "dot-segment-device-id",
+                1,
+                r#"{"v":1,"type":"message","senderDeviceId":"..","header":"AQ==","ciphertext":"AAAA"}"#,
+            ),
+            Example::reject(
                 "not-base64",
                 1,
                 r#"{"v":1,"type":"message","senderDeviceId":"p","header":"AQ==","ciphertext":"not base64!"}"#,

@@ -88,6 +88,11 @@ impl Plugin for FriendRequestKind {
                 0,
                 r#"{"action":"accepted","requestId":"r1","fromUserId":"alice","toUserId":"bob"}"#,
             ),
+            Example::accept(
+                "dotted-ids",
+                0,
+                r#"{"action":"requested","requestId":"r2","fromUserId":"dot.user","toUserId":"mail@example.com"}"#,
+            ),
             Example::reject(
                 "self",
                 0,

@@ -84,7 +84,17 @@ impl Plugin for GroupKickKind {
                 2,
                 r#"{"operatorId":"owner","kickedUserIds":["bob","carol","bob"],"reason":"spam"}"#,
             ),
+            Example::accept(
+                "dotted-ids",
+                2,
+                r#"{"operatorId":"o.wner","kickedUserIds":["x.y@z"]}"#,
+            ),
             Example::reject("nobody", 2, r#"{"operatorId":"owner","kickedUserIds":[]}"#),
+            Example::reject(
+                "not-a-user-id",
+                2,
+                r#"{"operatorId":"owner","kickedUserIds":["bob smith"]}"#,
+            ),
             Example::reject(
                 "self",
                 2,

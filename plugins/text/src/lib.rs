@@ -74,6 +74,11 @@ impl Plugin for TextKind {
                 2,
                 r#"{"text":"@bob look","mentions":["bob","bob","all"]}"#,
             ),
+            Example::accept(
+                "dotted-mentions",
+                2,
+                r#"{"text":"hi","mentions":["dot.user","mail@example.com"]}"#,
+            ),
             Example::reject("empty", 1, r#"{"text":"   "}"#),
             Example::reject("missing-text", 1, r#"{}"#),
             Example::reject("number", 1, r#"{"text":42}"#),

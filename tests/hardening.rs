@@ -372,6 +372,22 @@ async fn a_body_left_unread_says_connection_close() {
         let a = request(&mut c, "GET", "/healthz", None, "").await;
         assert_eq!(a.map(|a| a.status), Some(200));
     }
+    // Announced too large: refused at once, before any of the body is sent (a client
+    // that waits for `100 Continue` is not kept waiting), and the connection closes.
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: courier\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nExpect: 100-continue\r\n\
+         Content-Length: 50000000\r\n\r\n",
+        alice.token
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    let a = read_answer(&mut c)
+        .await
+        .expect("an answer without the body");
+    assert_eq!((a.status, a.code()), (413, "request_too_large"), "{a:?}");
+    assert_eq!(a.header("connection"), Some("close"), "{a:?}");
+    until_closed(&mut c).await;
     // A body read whole keeps the connection for the next request.
     let mut c = connect_from(&s, [127, 0, 0, 1]).await;
     let a = request(

@@ -367,11 +367,28 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
 const ADMIN_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// Reads a JSON body of at most `limit` bytes: `request_too_large` above, `bad_request`
-/// for one that cannot be read or parsed (or is missing where one is required).
+/// for one that cannot be read or parsed (or is missing where one is required). A body
+/// whose `Content-Length` says it is too large is refused before any of it is read (the
+/// connection then closes: `server::listener`), so a client that waits to be told to go
+/// on (`Expect: 100-continue`) is not kept waiting, nor is the body sent for nothing.
 async fn read_json<T: serde::de::DeserializeOwned>(
     req: axum::extract::Request,
     limit: usize,
 ) -> Result<T, Error> {
+    let too_large = || {
+        Error::new(
+            Code::RequestTooLarge,
+            format!("the request body is over {limit} bytes"),
+        )
+    };
+    let announced = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
     let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
@@ -381,10 +398,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
                     "the request body did not arrive in time; the connection is closed",
                 )
             } else if format!("{e:?}").contains("LengthLimit") {
-                Error::new(
-                    Code::RequestTooLarge,
-                    format!("the request body is over {limit} bytes"),
-                )
+                too_large()
             } else {
                 Error::bad_request(format!("cannot read the request body: {e}"))
             }

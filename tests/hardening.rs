@@ -372,8 +372,8 @@ async fn a_body_left_unread_says_connection_close() {
         let a = request(&mut c, "GET", "/healthz", None, "").await;
         assert_eq!(a.map(|a| a.status), Some(200));
     }
-    // Announced too large: refused at once, before any of the body is sent (a client
-    // that waits for `100 Continue` is not kept waiting), and the connection closes.
+    // Announced too large by a client that waits for `100 Continue`: refused at once,
+    // before it sends the body, and the connection closes.
     let mut c = connect_from(&s, [127, 0, 0, 1]).await;
     let head = format!(
         "POST /v1/messages HTTP/1.1\r\nHost: courier\r\nAuthorization: Bearer {}\r\n\

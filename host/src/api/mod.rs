@@ -367,10 +367,11 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
 const ADMIN_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 /// Reads a JSON body of at most `limit` bytes: `request_too_large` above, `bad_request`
-/// for one that cannot be read or parsed (or is missing where one is required). A body
-/// whose `Content-Length` says it is too large is refused before any of it is read (the
-/// connection then closes: `server::listener`), so a client that waits to be told to go
-/// on (`Expect: 100-continue`) is not kept waiting, nor is the body sent for nothing.
+/// for one that cannot be read or parsed (or is missing where one is required). A client
+/// that waits to be told to send its body (`Expect: 100-continue`) and announces one too
+/// large is refused before it sends any (the connection then closes: `server::listener`).
+/// Any other is read up to the limit first: closing on a body still arriving would reset
+/// the connection, and the client could lose the answer with it.
 async fn read_json<T: serde::de::DeserializeOwned>(
     req: axum::extract::Request,
     limit: usize,
@@ -381,12 +382,15 @@ async fn read_json<T: serde::de::DeserializeOwned>(
             format!("the request body is over {limit} bytes"),
         )
     };
-    let announced = req
-        .headers()
+    let headers = req.headers();
+    let waits = headers
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let announced = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limit as u64) {
+    if waits && announced.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
     let bytes = axum::body::to_bytes(req.into_body(), limit)

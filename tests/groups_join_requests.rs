@@ -21,6 +21,23 @@ on_both!(
     a_member_adding_a_requester_answers_the_request,
 );
 
+/// `asker` asks to join the `approval` group `cid` with `body` (pending), then `owner` opens
+/// it: the request, as its answer was.
+async fn ask_then_open(s: &Server, owner: &User, asker: &User, cid: i64, body: Value) -> Value {
+    let path = format!("/v1/groups/{cid}");
+    let asked = ok(s, asker, "POST", &format!("{path}/join"), Some(body)).await;
+    assert_eq!(asked["state"], "pending");
+    ok(
+        s,
+        owner,
+        "PATCH",
+        &path,
+        Some(json!({"joinPolicy": "open"})),
+    )
+    .await;
+    asked
+}
+
 /// `by` adds `user`, who had asked to join: added, and no request is left pending (as
 /// `admin` lists them).
 async fn adds_and_answers(s: &Server, by: &User, admin: &User, cid: i64, user: &str) {
@@ -296,23 +313,7 @@ async fn joining_an_opened_group_answers_the_pending_request(b: Backend) {
     let dave = s.user("dave").await;
     let cid = id_of(&create(&s, &alice, json!({"name": "A", "joinPolicy": "approval"})).await);
     let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
-    let asked = ok(
-        &s,
-        &dave,
-        "POST",
-        &g("/join"),
-        Some(json!({"message": "hi"})),
-    )
-    .await;
-    assert_eq!(asked["state"], "pending");
-    ok(
-        &s,
-        &alice,
-        "PATCH",
-        &g(""),
-        Some(json!({"joinPolicy": "open"})),
-    )
-    .await;
+    let asked = ask_then_open(&s, &alice, &dave, cid, json!({"message": "hi"})).await;
     let d0 = position(&s, &dave).await;
     assert_eq!(
         ok(&s, &dave, "POST", &g("/join"), None).await,
@@ -344,17 +345,7 @@ async fn a_member_adding_a_requester_answers_the_request(b: Backend) {
         )
         .await,
     );
-    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
-    let asked = ok(&s, &dave, "POST", &g("/join"), Some(json!({}))).await;
-    assert_eq!(asked["state"], "pending");
-    ok(
-        &s,
-        &alice,
-        "PATCH",
-        &g(""),
-        Some(json!({"joinPolicy": "open"})),
-    )
-    .await;
+    let asked = ask_then_open(&s, &alice, &dave, cid, json!({})).await;
     let (d0, a0) = (position(&s, &dave).await, position(&s, &alice).await);
     adds_and_answers(&s, &bob, &alice, cid, "dave").await;
     for (who, from) in [(&dave, d0), (&alice, a0)] {

@@ -49,15 +49,11 @@ fn client_address(peer: Option<&Peer>) -> IpAddr {
 
 /// Counts a login or registration attempt against the client address's allowance.
 fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), Error> {
-    let address = client_address(peer);
-    s.attempts.attempt(address).map_err(|retry| {
-        s.core.guards.count(Guard::AuthRateLimited);
-        tracing::debug!(
-            peer = %address,
-            guard = Guard::AuthRateLimited.name(),
-            "answering 429: over auth.attempts_per_minute_per_address"
-        );
-        Error::rate_limited(
+    s.attempts.attempt(client_address(peer)).map_err(|retry| {
+        over_allowance(
+            s,
+            (peer, None),
+            "auth.attempts_per_minute_per_address",
             "too many logins and registrations from your address; retry later",
             retry,
         )
@@ -68,18 +64,34 @@ fn attempt(s: &AppState, peer: Option<&Peer>) -> Result<(), Error> {
 /// password).
 fn may_log_in(s: &AppState, user_id: &str, peer: Option<&Peer>) -> Result<(), Error> {
     s.attempts.may_log_in(user_id).map_err(|retry| {
-        s.core.guards.count(Guard::AuthRateLimited);
-        tracing::debug!(
-            peer = %client_address(peer),
-            user = %user_id,
-            guard = Guard::AuthRateLimited.name(),
-            "answering 429: over auth.failed_logins_per_hour_per_account"
-        );
-        Error::rate_limited(
+        over_allowance(
+            s,
+            (peer, Some(user_id)),
+            "auth.failed_logins_per_hour_per_account",
             "too many failed logins for this account; retry later",
             retry,
         )
     })
+}
+
+/// A login or registration over the allowance `limit` (its config key): counted, logged at
+/// debug with the client's address (and the account, for an account's allowance), and
+/// answered 429 with `message`.
+fn over_allowance(
+    s: &AppState,
+    (peer, user): (Option<&Peer>, Option<&str>),
+    limit: &str,
+    message: &'static str,
+    retry: std::time::Duration,
+) -> Error {
+    s.core.guards.count(Guard::AuthRateLimited);
+    tracing::debug!(
+        peer = %client_address(peer),
+        user,
+        guard = Guard::AuthRateLimited.name(),
+        "answering 429: over {limit}"
+    );
+    Error::rate_limited(message, retry)
 }
 
 fn busy(s: &AppState, e: Busy, peer: Option<&Peer>) -> Error {

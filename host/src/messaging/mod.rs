@@ -398,21 +398,19 @@ impl Core {
             Target::Conversation(id) => *id,
             Target::Peer(peer) => self.private_conversation(sender, peer).await?,
         };
-        let (live_members, members) = match self.members_of(conversation_id).await {
-            Err(e) if e.code == Code::NotAMember => {
-                // No current member at all, as in a dissolved group: the rules decide from
-                // the sender's past membership.
-                return Err(self
-                    .refuse_outsider(conversation_id, sender, live.conversation_type)
-                    .await);
-            }
-            found => found?,
+        // No current member at all (as in a dissolved group) or not the sender: the rules
+        // decide from the sender's past membership.
+        let current = match self.members_of(conversation_id).await {
+            Err(e) if e.code == Code::NotAMember => None,
+            found => Some(found?),
         };
-        if !members.iter().any(|m| m == sender) {
+        let Some((live_members, members)) =
+            current.filter(|(_, members)| members.iter().any(|m| m == sender))
+        else {
             return Err(self
                 .refuse_outsider(conversation_id, sender, live.conversation_type)
                 .await);
-        }
+        };
         let conversation_type = live_members.conversation_type;
         // The rules of a stored send hold for live kinds too. The cache lists current
         // members only; a group's members without a role or mute are not in `roles`.

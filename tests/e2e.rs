@@ -285,11 +285,38 @@ async fn uploads_are_checked(b: Backend) {
     .await;
     let status = s.get(&alice, path).await;
     assert_eq!(status["oneTimePrekeys"], 10, "{status}");
-    // A signed or last-resort prekey's id names one key.
+    // A signed or last-resort prekey's id names one key, the previous signed prekey's too
+    // while the bundles carry it (after a rotation, for the grace period).
     let mut same_id = k.identity_part();
     same_id["signedPrekey"] = k.prekey(b"courier:signed-prekey:v1", 1);
-    s.expect_error("PUT", path, t, Some(same_id), 409, "prekey_id_taken")
+    s.expect_error(
+        "PUT",
+        path,
+        t,
+        Some(same_id.clone()),
+        409,
+        "prekey_id_taken",
+    )
+    .await;
+    let mut rotate = k.identity_part();
+    rotate["signedPrekey"] = k.prekey(b"courier:signed-prekey:v1", 2);
+    let status = ok(&s, &alice, "PUT", path, Some(rotate)).await;
+    assert_eq!(status["previousSignedPrekeyId"], 1, "{status}");
+    let refused = s
+        .expect_error("PUT", path, t, Some(same_id), 409, "prekey_id_taken")
         .await;
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("signed prekey 1 ")),
+        "{refused}"
+    );
+    let status = s.get(&alice, path).await;
+    assert_eq!(
+        (&status["signedPrekeyId"], &status["previousSignedPrekeyId"]),
+        (&json!(2), &json!(1)),
+        "{status}"
+    );
 }
 
 async fn a_retried_upload_never_offers_a_handed_out_prekey_again(b: Backend) {
@@ -620,6 +647,23 @@ async fn mailboxes_push_pull_and_forget(b: Backend) {
             400,
             "bad_request",
         ),
+        // A target that is no id is a bad request, not a device not found.
+        (
+            t,
+            "POST",
+            path,
+            http(&[("bob", "..")], 10),
+            400,
+            "bad_request",
+        ),
+        (
+            t,
+            "POST",
+            path,
+            http(&[("b o b", "phone")], 10),
+            400,
+            "bad_request",
+        ),
         (
             Some(bob.token.as_str()),
             "GET",
@@ -690,7 +734,7 @@ async fn mailboxes_push_pull_and_forget(b: Backend) {
     let e = a.until(|f| f["id"] == "w").await.0;
     assert_eq!(
         (&e["type"], &e["code"]),
-        (&json!("error"), &json!("bad_request")),
+        (&json!("error"), &json!("bad_frame")),
         "{e}"
     );
 }

@@ -194,20 +194,46 @@ async fn offline_users_get_one_signed_notice_per_burst(b: Backend) {
     let recall = json!({"type": "send", "id": "e3", "clientMsgId": "e3", "conversationType": 1,
         "peerId": "erin", "contentType": 4, "payload": {"seq": secret["seq"]}});
     send_ok(&mut a, recall).await;
-    // Her badge: the encrypted one and carol's; the recalled one no longer counts.
+    // Her badge: the encrypted one and carol's; the recalled one no longer counts, nor is
+    // it one of the notice's messages.
     let got = r.next().await;
     assert_eq!(
         (
             &got.body["userId"],
             &got.body["senderId"],
             &got.body["preview"],
-            &got.body["badge"]
+            &got.body["badge"],
+            &got.body["messages"]
         ),
         (
             &json!("erin"),
             &json!("carol"),
             &json!("from carol to erin"),
-            &json!(2)
+            &json!(2),
+            &json!(1)
+        ),
+        "{:?}",
+        got.body
+    );
+    // The same in one conversation: the newest recalled, the notice is of the one before.
+    let first = send_ok(&mut a, text("b4", "b4", peer("bob"), "still there?")).await;
+    let oops = send_ok(&mut a, text("b5", "b5", peer("bob"), "wrong chat")).await;
+    let recall = json!({"type": "send", "id": "b6", "clientMsgId": "b6", "conversationType": 1,
+        "peerId": "bob", "contentType": 4, "payload": {"seq": oops["seq"]}});
+    send_ok(&mut a, recall).await;
+    let got = r.next().await;
+    assert_eq!(
+        (
+            &got.body["userId"],
+            &got.body["seq"],
+            &got.body["preview"],
+            &got.body["messages"]
+        ),
+        (
+            &json!("bob"),
+            &first["seq"],
+            &json!("still there?"),
+            &json!(1)
         ),
         "{:?}",
         got.body

@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 
 use super::{AppState, Body, Error, User, schema};
-use crate::gateway::valid_device_id;
+use crate::auth::valid_device_id;
 use crate::messaging::{DeviceInfo, valid_label};
 
 use super::{Segment, device_id};

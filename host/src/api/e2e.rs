@@ -6,9 +6,9 @@ use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 
 use super::{AppState, Body, Error, User};
+use crate::auth::valid_device_id;
 use crate::e2e::keys::{Bundles, KeysBody, KeysStatus};
 use crate::e2e::mailbox::MailboxPage;
-use crate::gateway::valid_device_id;
 use crate::protocol::frames::{DeviceSendAck, DeviceSendFrame, MailboxAck};
 
 use super::{Segment, device_id};
@@ -74,11 +74,19 @@ pub async fn send(
     User(user): User,
     Body(b): Body<DeviceSendFrame>,
 ) -> Result<Json<DeviceSendAck>, Error> {
-    let device = b
-        .device_id
-        .clone()
-        .filter(|d| valid_device_id(d))
-        .ok_or_else(|| Error::bad_request("deviceId (the sending device) is required"))?;
+    let device = match b.device_id.clone() {
+        Some(d) if valid_device_id(&d) => d,
+        Some(d) => {
+            return Err(Error::bad_request(format!(
+                "deviceId {d:?} is not a device id (1 to 64 of A-Z a-z 0-9 _ . - :)"
+            )));
+        }
+        None => {
+            return Err(Error::bad_request(
+                "deviceId (the sending device) is required",
+            ));
+        }
+    };
     Ok(Json(s.core.send_to_devices(&user, &device, b).await?))
 }
 

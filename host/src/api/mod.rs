@@ -40,7 +40,7 @@ type Segment = Result<Path<String>, axum::extract::rejection::PathRejection>;
 fn device_id(path: Segment) -> Result<String, Error> {
     path.ok()
         .map(|Path(s)| s)
-        .filter(|d| crate::gateway::valid_device_id(d))
+        .filter(|d| crate::auth::valid_device_id(d))
         .ok_or_else(|| Error::bad_request("a device id is 1 to 64 of A-Z a-z 0-9 _ . - :"))
 }
 

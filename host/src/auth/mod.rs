@@ -177,6 +177,13 @@ pub fn valid_user_id(s: &str) -> bool {
     courier_plugin_sdk::check::is_user_id(s)
 }
 
+/// Device ids: 1–64 of `A–Z a–z 0–9 _ . - :`, not `.` or `..` (a path segment clients
+/// rewrite). The one rule, shared with the `encrypted` kind
+/// (`courier_plugin_sdk::check::device_id`).
+pub fn valid_device_id(s: &str) -> bool {
+    courier_plugin_sdk::check::is_device_id(s)
+}
+
 /// An argon2id hash (PHC string) with the crate's default cost. CPU-heavy: call from a
 /// blocking thread.
 pub fn hash_password(password: &str) -> String {

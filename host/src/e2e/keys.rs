@@ -251,9 +251,9 @@ impl Core {
                     UploadRefused::Incomplete => {
                         invalid("a device's first upload has its signedPrekey and lastResortPrekey")
                     }
-                    UploadRefused::PrekeyIdTaken(id) => Error::new(
+                    UploadRefused::PrekeyIdTaken(what, id) => Error::new(
                         Code::PrekeyIdTaken,
-                        format!("one-time prekey {id} is held with another key"),
+                        format!("{what} prekey {id} is held with another key"),
                     ),
                     UploadRefused::TooMany(held) => Error::new(
                         Code::TooManyPrekeys,

@@ -60,13 +60,6 @@ pub struct Connect {
     platform: Option<String>,
 }
 
-/// A device id: 1 to 64 of A-Z a-z 0-9 _ . - :, not `.` or `..` (a path segment clients
-/// rewrite). The one rule, shared with the `encrypted` kind
-/// (`courier_plugin_sdk::check::device_id`).
-pub fn valid_device_id(s: &str) -> bool {
-    courier_plugin_sdk::check::is_device_id(s)
-}
-
 /// `GET /v1/ws?deviceId=…[&token=…][&presence=true]`: the token from the query or `Authorization: Bearer`.
 #[utoipa::path(get, path = "/v1/ws", tag = "websocket",
     description = "The WebSocket upgrade (RFC 6455: `Connection: upgrade`, `Upgrade: websocket`, `Sec-WebSocket-Version: 13`, `Sec-WebSocket-Key`); the frames are in docs/protocol.md",
@@ -92,9 +85,12 @@ pub async fn upgrade(
         .ok_or_else(Error::unauthorized)?;
     let core = gateway.core.clone();
     let session = core.authenticate(&token).await?;
-    let device_id = q.device_id.filter(|d| valid_device_id(d)).ok_or_else(|| {
-        Error::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
-    })?;
+    let device_id = q
+        .device_id
+        .filter(|d| crate::auth::valid_device_id(d))
+        .ok_or_else(|| {
+            Error::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
+        })?;
     let labels = [q.device_name.as_deref(), q.platform.as_deref()];
     if labels
         .iter()
@@ -722,7 +718,8 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Some("send_to_devices") => match serde_json::from_str::<DeviceSendFrame>(text) {
             Ok(req) if req.device_id.is_some() => reply_err(
                 id,
-                Error::bad_request(
+                Error::new(
+                    Code::BadFrame,
                     "deviceId is the HTTP send's; over the WebSocket the connection's device sends",
                 ),
             ),

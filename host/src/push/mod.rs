@@ -18,6 +18,7 @@ use crate::clock::now_ms;
 use crate::config::PushConfig;
 use crate::messaging::{Committed, Delivery, Offline};
 use crate::plugins::PluginRegistry;
+use crate::protocol::Stored;
 use crate::store::Store;
 use crate::store::devices::PushTarget;
 use crate::telemetry::{self, PushOutcome};
@@ -92,14 +93,29 @@ impl Offline for Bridge {
     }
 }
 
-/// One user's notice while it waits: the newest message of each conversation of its burst
-/// and how many came there (at most `CONVERSATIONS` conversations, the oldest forgotten).
+/// One user's notice while it waits: each conversation's part of its burst (at most
+/// `CONVERSATIONS` conversations, the one whose newest message is oldest forgotten).
 struct Pending {
-    by_conversation: HashMap<i64, (Committed, u32)>,
+    by_conversation: HashMap<i64, Burst>,
+}
+
+/// A conversation's part of a burst: its newest messages (at most `KEPT`, the newest last),
+/// any of which the notice may name when those after it were recalled, and how many came.
+struct Burst {
+    newest: VecDeque<Committed>,
+    count: u32,
 }
 
 /// Conversations one pending notice remembers.
 const CONVERSATIONS: usize = 16;
+/// Messages of a conversation one pending notice remembers.
+const KEPT: usize = 8;
+
+impl Burst {
+    fn newest_time(&self) -> i64 {
+        self.newest.back().map_or(0, |c| c.message.server_time)
+    }
+}
 
 impl Pending {
     fn add(&mut self, c: &Committed) {
@@ -108,18 +124,21 @@ impl Pending {
             let oldest = self
                 .by_conversation
                 .iter()
-                .min_by_key(|(_, (m, _))| m.message.server_time)
+                .min_by_key(|(_, b)| b.newest_time())
                 .map(|(id, _)| *id);
             if let Some(oldest) = oldest {
                 self.by_conversation.remove(&oldest);
             }
         }
-        let entry = self
-            .by_conversation
-            .entry(id)
-            .or_insert_with(|| (c.clone(), 0));
-        entry.0 = c.clone();
-        entry.1 += 1;
+        let burst = self.by_conversation.entry(id).or_insert_with(|| Burst {
+            newest: VecDeque::with_capacity(1),
+            count: 0,
+        });
+        if burst.newest.len() == KEPT {
+            burst.newest.pop_front();
+        }
+        burst.newest.push_back(c.clone());
+        burst.count += 1;
     }
 }
 
@@ -288,11 +307,15 @@ impl Sender {
             .push_muted(&pairs)
             .await
             .map_err(|e| e.to_string())?;
-        let seqs: Vec<(i64, i64)> = offline
+        let mut seqs: Vec<(i64, i64)> = offline
             .iter()
             .flat_map(|(_, p)| p.by_conversation.values())
-            .map(|(c, _)| (c.message.conversation_id, c.message.seq))
+            .flat_map(|b| &b.newest)
+            .map(|c| (c.message.conversation_id, c.message.seq))
             .collect();
+        // A group's message is in the notice of every member it reached.
+        seqs.sort_unstable();
+        seqs.dedup();
         let recalled = self
             .store
             .recalled(&seqs)
@@ -308,17 +331,18 @@ impl Sender {
             let Some(devices) = targets.get(&user) else {
                 continue;
             };
-            let told: Vec<&(Committed, u32)> = p
+            let told: Vec<&Burst> = p
                 .by_conversation
                 .iter()
                 .filter(|(id, _)| !muted.contains(&(user.clone(), **id)))
-                .map(|(_, c)| c)
+                .map(|(_, b)| b)
                 .collect();
-            let messages: u32 = told.iter().map(|(_, n)| n).sum();
-            let Some(m) = told
-                .iter()
-                .map(|(c, _)| &c.message)
-                .filter(|m| !recalled.contains(&(m.conversation_id, m.seq)))
+            let is_recalled = |m: &Stored| recalled.contains(&(m.conversation_id, m.seq));
+            let kept = || told.iter().flat_map(|b| &b.newest).map(|c| &*c.message);
+            let came: u32 = told.iter().map(|b| b.count).sum();
+            let messages = came - kept().filter(|m| is_recalled(m)).count() as u32;
+            let Some(m) = kept()
+                .filter(|m| !is_recalled(m))
                 .max_by_key(|m| (m.server_time, m.seq))
             else {
                 continue;

@@ -92,8 +92,9 @@ pub enum UploadRefused {
     IdentityChanged,
     /// A first upload without a signed or a last-resort prekey.
     Incomplete,
-    /// A one-time prekey id the device has with another key.
-    PrekeyIdTaken(i64),
+    /// A prekey id the device holds with another key: which prekey ("one-time",
+    /// "signed", "last-resort") and its id.
+    PrekeyIdTaken(&'static str, i64),
     /// More one-time prekeys than a device may hold (how many it holds).
     TooMany(i64),
 }
@@ -174,18 +175,21 @@ pub async fn upload(
         }
         _ => {}
     }
-    // A signed or last-resort prekey keeps its key for its id: a session begun with the
-    // id names the key.
+    // A signed or last-resort prekey keeps its key for its id while the id is held (the
+    // previous signed prekey during its grace too): a session begun with the id names the
+    // key.
     if let Some(k) = &existing {
-        for (new, held) in [
-            (u.signed_prekey, &k.signed_prekey),
-            (u.last_resort, &k.last_resort),
+        let previous = k.previous_prekey.as_ref().map(|(p, _)| p);
+        for (what, new, held) in [
+            ("signed", u.signed_prekey, Some(&k.signed_prekey)),
+            ("signed", u.signed_prekey, previous),
+            ("last-resort", u.last_resort, Some(&k.last_resort)),
         ] {
-            if let Some(new) = new
+            if let (Some(new), Some(held)) = (new, held)
                 && new.key_id == held.key_id
                 && new.public_key != held.public_key
             {
-                return Ok(Err(UploadRefused::PrekeyIdTaken(new.key_id)));
+                return Ok(Err(UploadRefused::PrekeyIdTaken(what, new.key_id)));
             }
         }
     }
@@ -206,7 +210,7 @@ pub async fn upload(
         .await?;
         match held {
             Some(k) if k == p.public_key => {}
-            Some(_) => return Ok(Err(UploadRefused::PrekeyIdTaken(p.key_id))),
+            Some(_) => return Ok(Err(UploadRefused::PrekeyIdTaken("one-time", p.key_id))),
             None if p.key_id <= max_claimed => {}
             None => fresh.push(p),
         }

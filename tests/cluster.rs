@@ -416,9 +416,17 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
         .as_i64()
         .unwrap();
     let last = next_text(&mut b).await["seq"].as_i64().unwrap();
+    // Connections on node 2 whose token or device node 1 ends while the bus is away.
+    let carol = n[1].user("carol").await;
+    let dave = n[1].user("dave").await;
+    let mut c = n[1].connect(&carol, "phone").await;
+    let mut d = n[1].connect(&dave, "phone").await;
 
     nats.down();
     degraded_everywhere(&n, "bus: NATS").await;
+    let (st, _) = call(&n[0], &carol, "POST", "/v1/auth/logout", None).await;
+    assert_eq!(st, 200);
+    ok(&n[0], &dave, "DELETE", "/v1/devices/phone", None).await;
     for i in 1..=20 {
         send_ok(
             &mut a,
@@ -433,6 +441,18 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     }
     nats.up();
     ok_everywhere(&n).await;
+    // The closes node 1 sent were lost with the bus; node 2 reads its connections' tokens
+    // and devices again once it is back, and closes those that were ended.
+    let (code, frames) = c.closed().await;
+    assert_eq!(code, Some(4003), "{frames:?}");
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["type"] == "kicked" && f["reason"] == "token_revoked"),
+        "{frames:?}"
+    );
+    let (code, frames) = d.closed().await;
+    assert_eq!(code, Some(4009), "{frames:?}");
     // Pushes flow again; bob sees the gap and pulls what the bus lost.
     send_ok(&mut a, text("21", "m-21", peer("bob"), "m21")).await;
     let pushed = text_arrives(&mut b, "m21").await["seq"].as_i64().unwrap();
@@ -494,6 +514,59 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
     .await;
     send_ok(&mut a, text("3", "b-2", peer("bob"), "to bob 2")).await;
     text_arrives(&mut b, "to bob 2").await;
+}
+
+/// Makes the Redis at `port` answer nobody for `ms` (it keeps its data, as a Redis behind
+/// a stalled network does).
+fn pause_redis(port: u16, ms: u64) {
+    use std::io::{Read as _, Write as _};
+    let mut r = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let ms = ms.to_string();
+    let cmd = format!(
+        "*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n${}\r\n{ms}\r\n$3\r\nALL\r\n",
+        ms.len()
+    );
+    r.write_all(cmd.as_bytes()).unwrap();
+    let mut ok = [0u8; 5];
+    r.read_exact(&mut ok).unwrap();
+    assert_eq!(&ok, b"+OK\r\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_gone_while_redis_stalled_is_told_offline_once_it_answers() {
+    let Some(svc) = services("cluster_redis_stall") else {
+        return;
+    };
+    let Some(redis) = Private::redis("cluster_redis_stall") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-redis-stall").await;
+    let mut w = Wiring::nats(&svc, "redis-stall");
+    w.redis = redis.url();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    befriend(&n[0], &alice, &n[1], &bob).await;
+    let mut aw = Ws::connect_query(&n[0].addr, &alice.token, "phone", "&presence=true")
+        .await
+        .unwrap();
+    let b = n[1].connect(&bob, "phone").await;
+    let f = aw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (f["userId"].as_str(), f["online"].as_bool()),
+        (Some("bob"), Some(true))
+    );
+    // Bob leaves while Redis answers nobody: node 2 cannot take his route out then. Once
+    // Redis answers, node 2 takes out the routes it wrote whose connections are gone, and
+    // alice is told (the route would otherwise stay until it expires, 90 s).
+    pause_redis(redis.port, 2800);
+    b.close().await;
+    let f = aw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (f["userId"].as_str(), f["online"].as_bool()),
+        (Some("bob"), Some(false))
+    );
+    assert!(!presence(&n[0], &alice, "bob").await["bob"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

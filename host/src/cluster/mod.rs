@@ -157,9 +157,14 @@ impl Cluster {
         );
         claim(&routes, c.node_id, &token, lease).await?;
         let health = Arc::new(Health::default());
-        let (bus, incoming) = Bus::connect(c, health.clone())
-            .await
-            .with_context(|| format!("the bus at {}", c.bus_address()))?;
+        let (bus, incoming) = match Bus::connect(c, health.clone()).await {
+            Ok(b) => b,
+            Err(e) => {
+                // The number goes back at once: the next start need not wait out the lease.
+                let _ = routes.release(&token).await;
+                return Err(e).with_context(|| format!("the bus at {}", c.bus_address()));
+            }
+        };
         let (out, rx) = mpsc::channel(FORWARD_QUEUE);
         let cluster = Arc::new(Cluster {
             node: c.node_id,
@@ -380,8 +385,21 @@ impl Cluster {
             let bytes = match item {
                 Incoming::Message(bytes) => bytes,
                 Incoming::Reconnected => {
-                    // What was said while the bus was away is lost: read everything again.
+                    // What was said while the bus was away is lost: read everything again,
+                    // and close the connections another node closed meanwhile (a logout, a
+                    // revoke-all, a deleted account, a removed device).
                     core.drop_all_cached();
+                    let (core, hub) = (core.clone(), self.hub.clone());
+                    tokio::spawn(async move {
+                        for (h, why) in core.no_longer_admitted(hub.held()).await {
+                            let which = match why {
+                                Close::Revoked => Which::Token(h.token),
+                                Close::DeviceRemoved => Which::Device(&h.device_id),
+                                _ => Which::All,
+                            };
+                            hub.close(&h.user_id, which, why);
+                        }
+                    });
                     continue;
                 }
             };
@@ -467,14 +485,34 @@ impl Cluster {
             }
             let rewrite = self.rewrite.swap(false, Ordering::AcqRel);
             if rewrite || refreshed.elapsed() >= self.refresh {
+                // After Redis was away: the routes of connections that closed meanwhile
+                // go (their removal failed), and their users' friends are told.
+                if rewrite {
+                    let hub = self.hub.clone();
+                    let Some(offline) = self.redis(self.routes.prune(|| hub.connections())).await
+                    else {
+                        continue;
+                    };
+                    for user in offline {
+                        self.presence_changed(&user);
+                    }
+                }
                 let connections = self.hub.connections();
-                let Some(lost) = self.redis(self.routes.refresh(&connections)).await else {
+                let Some((lost, written)) = self.redis(self.routes.refresh(&connections)).await
+                else {
                     continue;
                 };
                 refreshed = Instant::now();
                 for i in lost {
                     let (user, device, session) = &connections[i];
                     self.hub.kick(user, device, *session, Close::Replaced);
+                }
+                // A route written again was gone: its friends may have been told the user
+                // went offline (another node took this one for dead), or never told it came
+                // online (it connected while Redis was away). Telling what is true again
+                // is a no-op where they were told so already.
+                for i in written {
+                    self.presence_changed(&connections[i].0);
                 }
             }
             if reaped.elapsed() < reap_every {

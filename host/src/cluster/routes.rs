@@ -86,8 +86,9 @@ end
 return left
 ";
 
-/// Refreshes a route this node holds, or writes it again if it expired (Redis lost it);
-/// 0 if another connection holds it now (this one was replaced and must close).
+/// Refreshes a route this node holds (1), or writes it again if it was gone (2: it expired,
+/// another node took it out as a dead node's, or Redis restarted empty); 0 if another
+/// connection holds it now (this one was replaced and must close).
 /// KEYS: route, dev set, node's set. ARGV: device, value, ttl, `{user}:{device}`.
 const REFRESH: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -96,7 +97,27 @@ redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[4])
-return 1
+if cur then return 1 end
+return 2
+";
+
+/// Takes out a route this node wrote whose connection is gone (its removal failed while
+/// Redis was away): the route only if this node still holds it. The user's live devices
+/// left, or -1 if the route was not this node's.
+/// KEYS: route, dev set, node's set. ARGV: device, `{nodeId}:`, `{user}:{device}`,
+/// the user's route-key prefix.
+const PRUNE: &str = r"
+redis.call('SREM', KEYS[3], ARGV[3])
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[2]) ~= ARGV[2] then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+local left = 0
+for _, d in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if redis.call('EXISTS', ARGV[4] .. d) == 1 then left = left + 1
+  else redis.call('SREM', KEYS[2], d) end
+end
+return left
 ";
 
 /// Every device route of each user: for each, its count, then (device, value) pairs
@@ -148,6 +169,7 @@ pub struct Routes {
     register: Script,
     unregister: Script,
     refresh: Script,
+    prune: Script,
     lookup: Script,
     lease: Script,
     release: Script,
@@ -163,6 +185,7 @@ impl Routes {
             register: Script::new(REGISTER),
             unregister: Script::new(UNREGISTER),
             refresh: Script::new(REFRESH),
+            prune: Script::new(PRUNE),
             lookup: Script::new(LOOKUP),
             lease: Script::new(LEASE),
             release: Script::new(RELEASE),
@@ -262,10 +285,15 @@ impl Routes {
         Ok(u32::try_from(left).ok())
     }
 
-    /// Refreshes every route of this node's connections in one pipeline; the connections
-    /// whose route another connection holds now.
-    pub async fn refresh(&self, connections: &[(String, String, u64)]) -> RedisResult<Vec<usize>> {
+    /// Refreshes every route of this node's connections in one pipeline: the connections
+    /// whose route another connection holds now, and those whose route was gone and is
+    /// written again.
+    pub async fn refresh(
+        &self,
+        connections: &[(String, String, u64)],
+    ) -> RedisResult<(Vec<usize>, Vec<usize>)> {
         let mut lost = Vec::new();
+        let mut written = Vec::new();
         for (start, chunk) in connections
             .chunks(1000)
             .enumerate()
@@ -283,14 +311,63 @@ impl Routes {
                 pipe.invoke_script(&inv);
             }
             let held: Vec<i64> = self.pipeline(&pipe, &self.refresh).await?;
-            lost.extend(
-                held.iter()
-                    .enumerate()
-                    .filter(|(_, h)| **h == 0)
-                    .map(|(i, _)| start + i),
+            for (i, h) in held.iter().enumerate() {
+                match h {
+                    0 => lost.push(start + i),
+                    2 => written.push(start + i),
+                    _ => {}
+                }
+            }
+        }
+        Ok((lost, written))
+    }
+
+    /// Takes out the routes this node wrote whose connection is not among `connections`
+    /// (read after this call began: a connection registered meanwhile is not taken for
+    /// gone); the users left with no live device.
+    pub async fn prune(
+        &self,
+        connections: impl FnOnce() -> Vec<(String, String, u64)>,
+    ) -> RedisResult<Vec<String>> {
+        let written: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.node_devices_key(self.node))
+            .query_async(&mut self.conn())
+            .await?;
+        let live: std::collections::HashSet<String> = connections()
+            .into_iter()
+            .map(|(user, device, _)| format!("{user}:{device}"))
+            .collect();
+        let gone: Vec<&String> = written.iter().filter(|w| !live.contains(*w)).collect();
+        let mut offline = Vec::new();
+        for chunk in gone.chunks(1000) {
+            let mut pipe = redis::pipe();
+            let mut users = Vec::with_capacity(chunk.len());
+            for w in chunk {
+                let Some((user, device)) = w.split_once(':') else {
+                    continue;
+                };
+                let mut inv = self.prune.key(self.route_key(user, device));
+                inv.key(self.dev_key(user))
+                    .key(self.node_devices_key(self.node))
+                    .arg(device)
+                    .arg(format!("{}:", self.node))
+                    .arg(w.as_str())
+                    .arg(self.route_prefix(user));
+                pipe.invoke_script(&inv);
+                users.push(user);
+            }
+            let left: Vec<i64> = self.pipeline(&pipe, &self.prune).await?;
+            offline.extend(
+                users
+                    .into_iter()
+                    .zip(left)
+                    .filter(|(_, l)| *l == 0)
+                    .map(|(u, _)| u.to_string()),
             );
         }
-        Ok(lost)
+        offline.sort_unstable();
+        offline.dedup();
+        Ok(offline)
     }
 
     /// The live routes of each of `users` (by index): (device, route).

@@ -444,20 +444,20 @@ impl ClusterConfig {
                 "server.node_id and cluster.node_id differ: in cluster mode set cluster.node_id only",
             );
         }
-        if !self.redis_url.starts_with("redis://") && !self.redis_url.starts_with("rediss://") {
-            return fail("cluster.redis_url must start with redis:// or rediss://");
+        // This build's Redis client has no TLS: a `rediss://` URL is refused here, not by
+        // a connection that fails once the node has claimed its number.
+        if !self.redis_url.starts_with("redis://") {
+            return fail(
+                "cluster.redis_url must start with redis:// (rediss://, TLS, is not supported)",
+            );
         }
         match (self.bus, self.bus_url.as_deref()) {
             (BusKind::Nats, Some("")) => {
                 return fail("cluster.bus_url must name the NATS server");
             }
-            (BusKind::Redis, Some(url))
-                if !url.is_empty()
-                    && !url.starts_with("redis://")
-                    && !url.starts_with("rediss://") =>
-            {
+            (BusKind::Redis, Some(url)) if !url.is_empty() && !url.starts_with("redis://") => {
                 return fail(
-                    "cluster.bus_url must start with redis:// or rediss:// with bus = \"redis\"",
+                    "cluster.bus_url must start with redis:// with bus = \"redis\" (rediss://, TLS, is not supported)",
                 );
             }
             _ => {}

@@ -13,7 +13,9 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use super::outbox::{Close, Frame, NodeBudget, Outbox, Queued};
 use crate::auth::TokenId;
-use crate::messaging::{Delivery, LatestKey, PRESENCE, Push, PushFrame, Reach, Respond, Which};
+use crate::messaging::{
+    Delivery, Held, LatestKey, PRESENCE, Push, PushFrame, Reach, Respond, Which,
+};
 use crate::plugins::Delivery as Class;
 
 pub struct Device {
@@ -27,6 +29,8 @@ pub struct Device {
     pub in_flight: AtomicUsize,
     /// Hears its friends' presence (it asked to on connecting).
     pub presence: bool,
+    /// When its token was issued (Unix seconds), if it says.
+    pub issued_at: Option<i64>,
 }
 
 impl Device {
@@ -48,6 +52,7 @@ impl Device {
             outbox: Outbox::new(outbox_frames, outbox_bytes, hub.budget.clone()),
             in_flight: AtomicUsize::new(0),
             presence: false,
+            issued_at: None,
         }
     }
 
@@ -166,6 +171,22 @@ impl Hub {
         for shard in self.shards.iter() {
             for d in shard.lock().expect("hub lock").values().flatten() {
                 out.push((d.user_id.clone(), d.device_id.clone(), d.session));
+            }
+        }
+        out
+    }
+
+    /// Every connection on this node, with the token it was opened with.
+    pub fn held(&self) -> Vec<Held> {
+        let mut out = Vec::with_capacity(self.online.load(Ordering::Relaxed) as usize);
+        for shard in self.shards.iter() {
+            for d in shard.lock().expect("hub lock").values().flatten() {
+                out.push(Held {
+                    user_id: d.user_id.clone(),
+                    device_id: d.device_id.clone(),
+                    token: d.token,
+                    issued_at: d.issued_at,
+                });
             }
         }
         out

@@ -233,6 +233,7 @@ async fn run(
         set.outbox_bytes,
     );
     device.presence = presence;
+    device.issued_at = session.issued_at;
     let device = Arc::new(device);
     tracing::Span::current().record("conn", format!("{:016x}", device.session));
     tracing::debug!("connected");

@@ -39,17 +39,37 @@ impl Account {
     }
 
     fn admits(&self, v: &Verified) -> Result<(), Error> {
-        if self.deleted {
-            return Err(deleted());
+        match self.refuses(v.id, v.issued_at) {
+            Some(Close::Deleted) => Err(deleted()),
+            Some(_) => Err(revoked()),
+            None => Ok(()),
         }
-        if self.valid_from > 0 && v.issued_at.is_none_or(|iat| iat < self.valid_from) {
-            return Err(revoked());
-        }
-        if self.revoked.contains_key(&v.id) {
-            return Err(revoked());
-        }
-        Ok(())
     }
+
+    /// Why a token (its id and when it was issued) no longer works: the account deleted,
+    /// or the token revoked.
+    fn refuses(&self, id: TokenId, issued_at: Option<i64>) -> Option<Close> {
+        if self.deleted {
+            return Some(Close::Deleted);
+        }
+        if self.valid_from > 0 && issued_at.is_none_or(|iat| iat < self.valid_from) {
+            return Some(Close::Revoked);
+        }
+        if self.revoked.contains_key(&id) {
+            return Some(Close::Revoked);
+        }
+        None
+    }
+}
+
+/// A connection as the node holding it knows it: whose, which device, and its token.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub user_id: String,
+    pub device_id: String,
+    pub token: TokenId,
+    /// When the token was issued (Unix seconds), if it says.
+    pub issued_at: Option<i64>,
 }
 
 fn revoked() -> Error {
@@ -68,6 +88,8 @@ pub(crate) fn deleted() -> Error {
 pub struct Session {
     pub user_id: String,
     pub token: TokenId,
+    /// When the token was issued (Unix seconds), if it says.
+    pub issued_at: Option<i64>,
     /// The token's expiry (Unix seconds).
     pub expires_at: i64,
 }
@@ -107,8 +129,45 @@ impl Core {
         Ok(Session {
             user_id: v.user_id,
             token: v.id,
+            issued_at: v.issued_at,
             expires_at: v.expires_at,
         })
+    }
+
+    /// Which of `held` (this node's connections) may no longer stay, read again from the
+    /// database, and why: the account deleted, the token revoked, the device removed. For
+    /// a node that did not hear what the others said for a while (its bus came back): the
+    /// closes they sent meanwhile were lost. Reads nothing more once the database fails
+    /// (what it found so far is returned).
+    pub async fn no_longer_admitted(&self, held: Vec<Held>) -> Vec<(Held, Close)> {
+        let mut accounts: HashMap<String, Account> = HashMap::new();
+        let mut out = Vec::new();
+        for h in held {
+            if !accounts.contains_key(&h.user_id) {
+                match self.store.account(&h.user_id).await {
+                    Ok(row) => {
+                        accounts.insert(h.user_id.clone(), Account::from_row(row));
+                    }
+                    Err(e) => {
+                        tracing::warn!("connections not checked again: {e}");
+                        break;
+                    }
+                }
+            }
+            if let Some(why) = accounts[&h.user_id].refuses(h.token, h.issued_at) {
+                out.push((h, why));
+                continue;
+            }
+            match self.store.device_removed(&h.user_id, &h.device_id).await {
+                Ok(true) => out.push((h, Close::DeviceRemoved)),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!("connections not checked again: {e}");
+                    break;
+                }
+            }
+        }
+        out
     }
 
     /// The cut-off a new token of `user_id` must meet (`Tokens::issue_from`).

@@ -31,8 +31,8 @@ use crate::telemetry::{self, SendOutcome};
 use batch::{IdGen, NewMessage, Op, Target};
 use route::{Reads, Routes};
 
-pub use accounts::Session;
 pub(crate) use accounts::deleted as account_deleted;
+pub use accounts::{Held, Session};
 pub use commit::{Answer, Reply};
 pub use delivery::{
     ClusterStats, Committed, Delivery, Forget, LatestKey, Offline, PRESENCE, Push, PushFrame,

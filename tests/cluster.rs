@@ -427,6 +427,12 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     let (st, _) = call(&n[0], &carol, "POST", "/v1/auth/logout", None).await;
     assert_eq!(st, 200);
     ok(&n[0], &dave, "DELETE", "/v1/devices/phone", None).await;
+    // A runtime switch node 1 makes meanwhile: node 2 hears it once the bus is back.
+    let admin = common::server::ADMIN_TOKEN;
+    let (st, _) = n[0]
+        .http("POST", "/admin/plugins/typing/disable", Some(admin), None)
+        .await;
+    assert_eq!(st, 200);
     for i in 1..=20 {
         send_ok(
             &mut a,
@@ -453,6 +459,11 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     );
     let (code, frames) = d.closed().await;
     assert_eq!(code, Some(4009), "{frames:?}");
+    until_refused(&mut b, cid, "content_type_disabled").await;
+    let (st, _) = n[0]
+        .http("POST", "/admin/plugins/typing/enable", Some(admin), None)
+        .await;
+    assert_eq!(st, 200);
     // Pushes flow again; bob sees the gap and pulls what the bus lost.
     send_ok(&mut a, text("21", "m-21", peer("bob"), "m21")).await;
     let pushed = text_arrives(&mut b, "m21").await["seq"].as_i64().unwrap();

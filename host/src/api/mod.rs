@@ -485,9 +485,11 @@ fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Jso
         .set_enabled(&name, on)
         .ok_or_else(|| Error::new(Code::PluginNotFound, format!("no plugin named {name:?}")))?;
     // Every node of a cluster switches it too.
-    s.core
-        .delivery
-        .announce(&crate::messaging::Forget::Plugin { name, enabled: on });
+    s.core.delivery.announce(&crate::messaging::Forget::Plugin {
+        name,
+        enabled: on,
+        at: crate::clock::now_ms(),
+    });
     Ok(Json(json!({ "plugin": info })))
 }
 

@@ -15,7 +15,7 @@ mod wire;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -114,6 +114,12 @@ pub struct Cluster {
     pub stats: Stats,
     core: OnceLock<Arc<Core>>,
     presence: OnceLock<Arc<PresenceThrottle>>,
+    /// The newest runtime switch of each plugin this node made or heard since it started:
+    /// (enabled, when).
+    switches: Mutex<HashMap<String, (bool, i64)>>,
+    /// When this node started (ms): a switch made before then, told again after a bus
+    /// came back, is its config file's to decide.
+    started_ms: i64,
 }
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
@@ -178,6 +184,8 @@ impl Cluster {
             lease,
             refresh: Duration::from_secs(c.refresh_secs),
             rewrite: AtomicBool::new(false),
+            switches: Mutex::new(HashMap::new()),
+            started_ms: crate::clock::now_ms(),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -209,6 +217,40 @@ impl Cluster {
 
     fn broadcast(&self, message: wire::Message<'_>) {
         self.queue(Out::All(wire::encode(self.node, message)));
+    }
+
+    /// Tells every node the newest runtime switch of each plugin this node knows.
+    fn tell_switches(&self) {
+        let known: Vec<(String, bool, i64)> = self
+            .switches
+            .lock()
+            .expect("switches")
+            .iter()
+            .map(|(name, (enabled, at))| (name.clone(), *enabled, *at))
+            .collect();
+        if !known.is_empty() {
+            self.broadcast(wire::Message::Switches(known));
+        }
+    }
+
+    /// Notes a runtime switch; whether this node should apply it: made at `since` or
+    /// later, and the newest it knows of the plugin (one from a node that gives no time,
+    /// 0, always applies).
+    fn switch_heard(&self, name: &str, enabled: bool, at: i64, since: i64) -> bool {
+        if at == 0 {
+            return true;
+        }
+        if at < since {
+            return false;
+        }
+        let mut switches = self.switches.lock().expect("switches");
+        match switches.get(name) {
+            Some((_, known)) if *known >= at => false,
+            _ => {
+                switches.insert(name.to_string(), (enabled, at));
+                true
+            }
+        }
     }
 
     fn presence_changed(&self, user: &str) {
@@ -389,6 +431,11 @@ impl Cluster {
                     // and close the connections another node closed meanwhile (a logout, a
                     // revoke-all, a deleted account, a removed device).
                     core.drop_all_cached();
+                    // The plugin switches: this node asks for those it missed, and says
+                    // those it knows (a node whose bus came back before this one's asked
+                    // while this one could not hear).
+                    self.broadcast(wire::Message::Resync);
+                    self.tell_switches();
                     let (core, hub) = (core.clone(), self.hub.clone());
                     tokio::spawn(async move {
                         for (h, why) in core.no_longer_admitted(hub.held()).await {
@@ -453,7 +500,21 @@ impl Cluster {
                     };
                     self.hub.close(user, which, why);
                 }
+                wire::Message::Forget(Forget::Plugin { name, enabled, at }) => {
+                    if self.switch_heard(&name, enabled, at, i64::MIN) {
+                        core.drop_cached(&Forget::Plugin { name, enabled, at });
+                    }
+                }
                 wire::Message::Forget(f) => core.drop_cached(&f),
+                wire::Message::Resync => self.tell_switches(),
+                // Switches made before this node started are its config file's to decide.
+                wire::Message::Switches(known) => {
+                    for (name, enabled, at) in known {
+                        if self.switch_heard(&name, enabled, at, self.started_ms) {
+                            core.drop_cached(&Forget::Plugin { name, enabled, at });
+                        }
+                    }
+                }
             }
         }
     }
@@ -732,6 +793,9 @@ impl Delivery for Cluster {
     }
 
     fn announce(&self, forget: &Forget) {
+        if let Forget::Plugin { name, enabled, at } = forget {
+            self.switch_heard(name, *enabled, *at, i64::MIN);
+        }
         self.broadcast(wire::Message::Forget(forget.clone()));
     }
 

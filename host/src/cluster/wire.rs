@@ -50,6 +50,11 @@ pub enum Message<'a> {
         why: Close,
     },
     Forget(Forget),
+    /// The sender's bus came back: every node answers with `Switches`, the runtime plugin
+    /// switches it knows, which the sender may have missed.
+    Resync,
+    /// The newest runtime switch of each plugin the sender knows: (name, enabled, when).
+    Switches(Vec<(String, bool, i64)>),
 }
 
 /// A message and the node that sent it.

@@ -56,8 +56,14 @@ pub enum Forget {
     AllMembers,
     /// An account's tokens or state changed (logout, revoke-all, deletion).
     Account(String),
-    /// A plugin was switched on or off at runtime.
-    Plugin { name: String, enabled: bool },
+    /// A plugin was switched on or off at runtime, at `at` (ms since the epoch, the
+    /// switching node's clock; 0 from a node that does not say).
+    Plugin {
+        name: String,
+        enabled: bool,
+        #[serde(default)]
+        at: i64,
+    },
 }
 
 /// One push of a commit's (`Delivery::push_all`).

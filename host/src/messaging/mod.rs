@@ -492,7 +492,7 @@ impl Core {
             Forget::Account(user) => {
                 self.accounts.lock().expect("accounts").remove(user);
             }
-            Forget::Plugin { name, enabled } => {
+            Forget::Plugin { name, enabled, .. } => {
                 if self.registry.set_enabled(name, *enabled).is_some() {
                     tracing::info!(plugin = %name, enabled, "plugin switched on another node");
                 }

@@ -120,7 +120,14 @@ pub struct Cluster {
     /// When this node started (ms): a switch made before then, told again after a bus
     /// came back, is its config file's to decide.
     started_ms: i64,
+    /// The check of the connections after the bus came back: `RECHECK_IDLE`, `_RUNNING`,
+    /// or `_AGAIN` (asked for while one runs).
+    rechecking: std::sync::atomic::AtomicU8,
 }
+
+const RECHECK_IDLE: u8 = 0;
+const RECHECK_RUNNING: u8 = 1;
+const RECHECK_AGAIN: u8 = 2;
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
 pub(crate) async fn connect_redis(
@@ -186,6 +193,7 @@ impl Cluster {
             rewrite: AtomicBool::new(false),
             switches: Mutex::new(HashMap::new()),
             started_ms: crate::clock::now_ms(),
+            rechecking: std::sync::atomic::AtomicU8::new(RECHECK_IDLE),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -217,6 +225,58 @@ impl Cluster {
 
     fn broadcast(&self, message: wire::Message<'_>) {
         self.queue(Out::All(wire::encode(self.node, message)));
+    }
+
+    /// Checks this node's connections again against the database and closes those ended
+    /// meanwhile (`Core::no_longer_admitted`), in a task of its own: one pass at a time (a
+    /// reconnect during a pass makes it run once more after), each run again after a
+    /// database error until one completes.
+    fn recheck(self: &Arc<Self>, core: &Arc<Core>) {
+        if self.rechecking.swap(RECHECK_AGAIN, Ordering::AcqRel) != RECHECK_IDLE {
+            return;
+        }
+        let (hub, core, state) = (self.hub.clone(), core.clone(), self.clone());
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(500);
+            loop {
+                // From here a reconnect asks for a pass after this one.
+                state.rechecking.store(RECHECK_RUNNING, Ordering::Release);
+                let held = hub.held();
+                match core.no_longer_admitted(&held).await {
+                    Ok(ended) => {
+                        for (h, why) in ended {
+                            let which = match why {
+                                Close::Revoked => Which::Token(h.token),
+                                Close::DeviceRemoved => Which::Device(&h.device_id),
+                                _ => Which::All,
+                            };
+                            hub.close(&h.user_id, which, why);
+                        }
+                        wait = Duration::from_millis(500);
+                        if state
+                            .rechecking
+                            .compare_exchange(
+                                RECHECK_RUNNING,
+                                RECHECK_IDLE,
+                                Ordering::AcqRel,
+                                Ordering::Acquire,
+                            )
+                            .is_ok()
+                        {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "connections not checked again after the bus came back: {}; again in {wait:?}",
+                            e.message
+                        );
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+        });
     }
 
     /// Tells every node the newest runtime switch of each plugin this node knows.
@@ -436,16 +496,14 @@ impl Cluster {
                     // while this one could not hear).
                     self.broadcast(wire::Message::Resync);
                     self.tell_switches();
-                    let (core, hub) = (core.clone(), self.hub.clone());
+                    self.recheck(&core);
+                    // Once more a little later: a node whose bus came back at about the same
+                    // moment may not have been listening yet.
+                    let this = self.clone();
                     tokio::spawn(async move {
-                        for (h, why) in core.no_longer_admitted(hub.held()).await {
-                            let which = match why {
-                                Close::Revoked => Which::Token(h.token),
-                                Close::DeviceRemoved => Which::Device(&h.device_id),
-                                _ => Which::All,
-                            };
-                            hub.close(&h.user_id, which, why);
-                        }
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        this.broadcast(wire::Message::Resync);
+                        this.tell_switches();
                     });
                     continue;
                 }
@@ -529,33 +587,35 @@ impl Cluster {
         let reap_every = (self.lease / 3).max(Duration::from_millis(500));
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            match self
+            let leased = match self
                 .redis(self.routes.keep_lease(&self.token, self.lease))
                 .await
             {
                 Some(true) => {
                     self.health.recover(Part::Lease);
+                    true
                 }
                 Some(false) => {
                     self.health.fail(
                         Part::Lease,
                         &format!("another instance holds cluster.node_id {}", self.node),
                     );
+                    false
                 }
                 None => continue,
-            }
+            };
             let rewrite = self.rewrite.swap(false, Ordering::AcqRel);
             if rewrite || refreshed.elapsed() >= self.refresh {
                 // After Redis was away: the routes of connections that closed meanwhile
-                // go (their removal failed), and their users' friends are told.
-                if rewrite {
+                // go (their removal failed), and their users' friends are told. Not while
+                // another instance holds this node's number: the routes under it are its.
+                if rewrite && leased {
                     let hub = self.hub.clone();
-                    let Some(offline) = self.redis(self.routes.prune(|| hub.connections())).await
-                    else {
-                        continue;
-                    };
-                    for user in offline {
-                        self.presence_changed(&user);
+                    if let Some(offline) = self.redis(self.routes.prune(|| hub.connections())).await
+                    {
+                        for user in offline {
+                            self.presence_changed(&user);
+                        }
                     }
                 }
                 let connections = self.hub.connections();
@@ -571,9 +631,26 @@ impl Cluster {
                 // A route written again was gone: its friends may have been told the user
                 // went offline (another node took this one for dead), or never told it came
                 // online (it connected while Redis was away). Telling what is true again
-                // is a no-op where they were told so already.
-                for i in written {
-                    self.presence_changed(&connections[i].0);
+                // is a no-op where they were told so already. A connection that closed
+                // since the list was read had taken its route out: written again, it goes.
+                if !written.is_empty() {
+                    let now: std::collections::HashSet<(String, String, u64)> =
+                        self.hub.connections().into_iter().collect();
+                    let mut users = Vec::with_capacity(written.len());
+                    for i in written {
+                        let (user, device, session) = &connections[i];
+                        if !now.contains(&connections[i]) {
+                            let _ = self
+                                .redis(self.routes.unregister(user, device, *session))
+                                .await;
+                        }
+                        users.push(user.as_str());
+                    }
+                    users.sort_unstable();
+                    users.dedup();
+                    for user in users {
+                        self.presence_changed(user);
+                    }
                 }
             }
             if reaped.elapsed() < reap_every {

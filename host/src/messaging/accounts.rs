@@ -137,37 +137,34 @@ impl Core {
     /// Which of `held` (this node's connections) may no longer stay, read again from the
     /// database, and why: the account deleted, the token revoked, the device removed. For
     /// a node that did not hear what the others said for a while (its bus came back): the
-    /// closes they sent meanwhile were lost. Reads nothing more once the database fails
-    /// (what it found so far is returned).
-    pub async fn no_longer_admitted(&self, held: Vec<Held>) -> Vec<(Held, Close)> {
-        let mut accounts: HashMap<String, Account> = HashMap::new();
+    /// closes they sent meanwhile were lost. One account read per user and one device
+    /// read per connection; an error ends the pass (the caller runs it again).
+    pub async fn no_longer_admitted(&self, held: &[Held]) -> Result<Vec<(Held, Close)>, Error> {
+        let mut accounts: HashMap<&str, Account> = HashMap::new();
         let mut out = Vec::new();
         for h in held {
-            if !accounts.contains_key(&h.user_id) {
-                match self.store.account(&h.user_id).await {
-                    Ok(row) => {
-                        accounts.insert(h.user_id.clone(), Account::from_row(row));
-                    }
-                    Err(e) => {
-                        tracing::warn!("connections not checked again: {e}");
-                        break;
-                    }
-                }
+            if !accounts.contains_key(h.user_id.as_str()) {
+                let row = self
+                    .store
+                    .account(&h.user_id)
+                    .await
+                    .map_err(crate::store::unavailable)?;
+                accounts.insert(&h.user_id, Account::from_row(row));
             }
-            if let Some(why) = accounts[&h.user_id].refuses(h.token, h.issued_at) {
-                out.push((h, why));
+            if let Some(why) = accounts[h.user_id.as_str()].refuses(h.token, h.issued_at) {
+                out.push((h.clone(), why));
                 continue;
             }
-            match self.store.device_removed(&h.user_id, &h.device_id).await {
-                Ok(true) => out.push((h, Close::DeviceRemoved)),
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!("connections not checked again: {e}");
-                    break;
-                }
+            if self
+                .store
+                .device_removed(&h.user_id, &h.device_id)
+                .await
+                .map_err(crate::store::unavailable)?
+            {
+                out.push((h.clone(), Close::DeviceRemoved));
             }
         }
-        out
+        Ok(out)
     }
 
     /// The cut-off a new token of `user_id` must meet (`Tokens::issue_from`).

@@ -119,9 +119,10 @@ pub async fn register(
     }
     attempt(&s, peer.as_deref())?;
     if !valid_user_id(&c.user_id) {
-        return Err(Error::bad_request(
-            "userId must be 1 to 64 of A-Z a-z 0-9 _ . - @",
-        ));
+        return Err(Error::bad_request(format!(
+            "userId must be {}",
+            crate::auth::USER_ID_RULE
+        )));
     }
     if c.user_id.starts_with(DELETED_PREFIX) {
         return Err(Error::bad_request(format!(

@@ -41,9 +41,10 @@ pub async fn register(
     Body(b): Body<RegisterBody>,
 ) -> Result<Json<DeviceInfo>, Error> {
     if !valid_device_id(&b.device_id) {
-        return Err(Error::bad_request(
-            "deviceId is 1 to 64 of A-Z a-z 0-9 _ . - :",
-        ));
+        return Err(Error::bad_request(format!(
+            "deviceId is {}",
+            crate::auth::DEVICE_ID_RULE
+        )));
     }
     if [&b.name, &b.platform]
         .into_iter()

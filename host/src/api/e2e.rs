@@ -78,7 +78,8 @@ pub async fn send(
         Some(d) if valid_device_id(&d) => d,
         Some(d) => {
             return Err(Error::bad_request(format!(
-                "deviceId {d:?} is not a device id (1 to 64 of A-Z a-z 0-9 _ . - :)"
+                "deviceId {d:?} is not a device id ({})",
+                crate::auth::DEVICE_ID_RULE
             )));
         }
         None => {

@@ -41,7 +41,9 @@ fn device_id(path: Segment) -> Result<String, Error> {
     path.ok()
         .map(|Path(s)| s)
         .filter(|d| crate::auth::valid_device_id(d))
-        .ok_or_else(|| Error::bad_request("a device id is 1 to 64 of A-Z a-z 0-9 _ . - :"))
+        .ok_or_else(|| {
+            Error::bad_request(format!("a device id is {}", crate::auth::DEVICE_ID_RULE))
+        })
 }
 
 /// What every handler shares.

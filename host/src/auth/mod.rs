@@ -184,6 +184,12 @@ pub fn valid_device_id(s: &str) -> bool {
     courier_plugin_sdk::check::is_device_id(s)
 }
 
+/// `valid_user_id`'s rule, as answers say it.
+pub const USER_ID_RULE: &str = "1 to 64 of A-Z a-z 0-9 _ . - @";
+
+/// `valid_device_id`'s rule, as answers say it.
+pub const DEVICE_ID_RULE: &str = "1 to 64 of A-Z a-z 0-9 _ . - :";
+
 /// An argon2id hash (PHC string) with the crate's default cost. CPU-heavy: call from a
 /// blocking thread.
 pub fn hash_password(password: &str) -> String {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::auth::random_bytes;
@@ -120,14 +120,10 @@ pub struct Cluster {
     /// When this node started (ms): a switch made before then, told again after a bus
     /// came back, is its config file's to decide.
     started_ms: i64,
-    /// The check of the connections after the bus came back: `RECHECK_IDLE`, `_RUNNING`,
-    /// or `_AGAIN` (asked for while one runs).
-    rechecking: std::sync::atomic::AtomicU8,
+    /// Asks for a check of the connections (the bus came back); one asked for while a
+    /// check runs is run after it (`recheck`).
+    recheck_asked: Notify,
 }
-
-const RECHECK_IDLE: u8 = 0;
-const RECHECK_RUNNING: u8 = 1;
-const RECHECK_AGAIN: u8 = 2;
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
 pub(crate) async fn connect_redis(
@@ -193,7 +189,7 @@ impl Cluster {
             rewrite: AtomicBool::new(false),
             switches: Mutex::new(HashMap::new()),
             started_ms: crate::clock::now_ms(),
-            rechecking: std::sync::atomic::AtomicU8::new(RECHECK_IDLE),
+            recheck_asked: Notify::new(),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -213,6 +209,7 @@ impl Cluster {
     ) {
         let _ = self.core.set(core.clone());
         let _ = self.presence.set(presence);
+        tokio::spawn(self.clone().recheck(core.clone()));
         tokio::spawn(self.clone().receive(incoming, core));
         tokio::spawn(self.clone().upkeep());
     }
@@ -227,22 +224,16 @@ impl Cluster {
         self.queue(Out::All(wire::encode(self.node, message)));
     }
 
-    /// Checks this node's connections again against the database and closes those ended
-    /// meanwhile (`Core::no_longer_admitted`), in a task of its own: one pass at a time (a
-    /// reconnect during a pass makes it run once more after), each run again after a
-    /// database error until one completes.
-    fn recheck(self: &Arc<Self>, core: &Arc<Core>) {
-        if self.rechecking.swap(RECHECK_AGAIN, Ordering::AcqRel) != RECHECK_IDLE {
-            return;
-        }
-        let (hub, core, state) = (self.hub.clone(), core.clone(), self.clone());
-        tokio::spawn(async move {
+    /// Checks this node's connections again against the database each time the bus
+    /// comes back, and closes those ended meanwhile (`Core::no_longer_admitted`): one pass
+    /// at a time (a reconnect during a pass asks for one more after it), each run again
+    /// after a database error until one completes.
+    async fn recheck(self: Arc<Self>, core: Arc<Core>) {
+        loop {
+            self.recheck_asked.notified().await;
             let mut wait = Duration::from_millis(500);
             loop {
-                // From here a reconnect asks for a pass after this one.
-                state.rechecking.store(RECHECK_RUNNING, Ordering::Release);
-                let held = hub.held();
-                match core.no_longer_admitted(&held).await {
+                match core.no_longer_admitted(&self.hub.held()).await {
                     Ok(ended) => {
                         for (h, why) in ended {
                             let which = match why {
@@ -250,21 +241,9 @@ impl Cluster {
                                 Close::DeviceRemoved => Which::Device(&h.device_id),
                                 _ => Which::All,
                             };
-                            hub.close(&h.user_id, which, why);
+                            self.hub.close(&h.user_id, which, why);
                         }
-                        wait = Duration::from_millis(500);
-                        if state
-                            .rechecking
-                            .compare_exchange(
-                                RECHECK_RUNNING,
-                                RECHECK_IDLE,
-                                Ordering::AcqRel,
-                                Ordering::Acquire,
-                            )
-                            .is_ok()
-                        {
-                            return;
-                        }
+                        break;
                     }
                     Err(e) => {
                         tracing::warn!(
@@ -276,7 +255,14 @@ impl Cluster {
                     }
                 }
             }
-        });
+        }
+    }
+
+    /// Asks the other nodes for the runtime plugin switches they know, and tells them
+    /// those this node knows (after its bus came back).
+    fn resync_switches(&self) {
+        self.broadcast(wire::Message::Resync);
+        self.tell_switches();
     }
 
     /// Tells every node the newest runtime switch of each plugin this node knows.
@@ -491,19 +477,16 @@ impl Cluster {
                     // and close the connections another node closed meanwhile (a logout, a
                     // revoke-all, a deleted account, a removed device).
                     core.drop_all_cached();
+                    self.recheck_asked.notify_one();
                     // The plugin switches: this node asks for those it missed, and says
                     // those it knows (a node whose bus came back before this one's asked
-                    // while this one could not hear).
-                    self.broadcast(wire::Message::Resync);
-                    self.tell_switches();
-                    self.recheck(&core);
-                    // Once more a little later: a node whose bus came back at about the same
-                    // moment may not have been listening yet.
+                    // while this one could not hear); once more a little later, for a node
+                    // whose bus came back at about the same moment and was not listening yet.
+                    self.resync_switches();
                     let this = self.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(Duration::from_secs(2)).await;
-                        this.broadcast(wire::Message::Resync);
-                        this.tell_switches();
+                        this.resync_switches();
                     });
                     continue;
                 }

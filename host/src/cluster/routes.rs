@@ -70,21 +70,33 @@ redis.call('SADD', KEYS[3], ARGV[4])
 return {old or '', others}
 ";
 
-/// Removes the route only if it is still this connection's; the user's live devices
-/// left, or -1 if the route was not this connection's (a newer one holds it).
-/// KEYS: route, dev set, node's set. ARGV: device, value, `{user}:{device}`, prefix.
-const UNREGISTER: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then return -1 end
-redis.call('DEL', KEYS[1])
+/// The end of a script that took a route out: removes the device (ARGV[1]) from the dev
+/// set (KEYS[2]) and returns the user's live devices left, forgetting those whose route
+/// expired (ARGV[4]: the user's route-key prefix).
+macro_rules! devices_left {
+    () => {
+        r"
 redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('SREM', KEYS[3], ARGV[3])
 local left = 0
 for _, d in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if redis.call('EXISTS', ARGV[4] .. d) == 1 then left = left + 1
   else redis.call('SREM', KEYS[2], d) end
 end
 return left
-";
+"
+    };
+}
+
+/// Removes the route only if it is still this connection's; the user's live devices
+/// left, or -1 if the route was not this connection's (a newer one holds it).
+/// KEYS: route, dev set, node's set. ARGV: device, value, `{user}:{device}`, prefix.
+const UNREGISTER: &str = concat!(
+    r"
+if redis.call('GET', KEYS[1]) ~= ARGV[2] then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[3], ARGV[3])",
+    devices_left!()
+);
 
 /// Refreshes a route this node holds (1), or writes it again if it was gone (2: it expired,
 /// another node took it out as a dead node's, or Redis restarted empty); 0 if another
@@ -106,19 +118,14 @@ return 2
 /// left, or -1 if the route was not this node's.
 /// KEYS: route, dev set, node's set. ARGV: device, `{nodeId}:`, `{user}:{device}`,
 /// the user's route-key prefix.
-const PRUNE: &str = r"
+const PRUNE: &str = concat!(
+    r"
 redis.call('SREM', KEYS[3], ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if not cur or string.sub(cur, 1, #ARGV[2]) ~= ARGV[2] then return -1 end
-redis.call('DEL', KEYS[1])
-redis.call('SREM', KEYS[2], ARGV[1])
-local left = 0
-for _, d in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if redis.call('EXISTS', ARGV[4] .. d) == 1 then left = left + 1
-  else redis.call('SREM', KEYS[2], d) end
-end
-return left
-";
+redis.call('DEL', KEYS[1])",
+    devices_left!()
+);
 
 /// Every device route of each user: for each, its count, then (device, value) pairs
 /// (value '' when the route expired). ARGV: prefix, users…

@@ -84,14 +84,16 @@ impl Core {
         for m in &req.messages {
             if !crate::auth::valid_user_id(&m.user_id) {
                 return Err(Error::bad_request(format!(
-                    "userId {:?} is not a user id (1 to 64 of A-Z a-z 0-9 _ . - @)",
-                    m.user_id
+                    "userId {:?} is not a user id ({})",
+                    m.user_id,
+                    crate::auth::USER_ID_RULE
                 )));
             }
             if !crate::auth::valid_device_id(&m.device_id) {
                 return Err(Error::bad_request(format!(
-                    "deviceId {:?} is not a device id (1 to 64 of A-Z a-z 0-9 _ . - :)",
-                    m.device_id
+                    "deviceId {:?} is not a device id ({})",
+                    m.device_id,
+                    crate::auth::DEVICE_ID_RULE
                 )));
             }
             if !seen.insert((m.user_id.as_str(), m.device_id.as_str())) {

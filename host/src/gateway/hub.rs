@@ -167,27 +167,31 @@ impl Hub {
 
     /// Every connection on this node: (user, device, session).
     pub fn connections(&self) -> Vec<(String, String, u64)> {
-        let mut out = Vec::with_capacity(self.online.load(Ordering::Relaxed) as usize);
-        for shard in self.shards.iter() {
-            for d in shard.lock().expect("hub lock").values().flatten() {
-                out.push((d.user_id.clone(), d.device_id.clone(), d.session));
-            }
-        }
-        out
+        self.each(|d| (d.user_id.clone(), d.device_id.clone(), d.session))
     }
 
     /// Every connection on this node, with the token it was opened with.
     pub fn held(&self) -> Vec<Held> {
+        self.each(|d| Held {
+            user_id: d.user_id.clone(),
+            device_id: d.device_id.clone(),
+            token: d.token,
+            issued_at: d.issued_at,
+        })
+    }
+
+    /// `f` of every connection on this node.
+    fn each<T>(&self, f: impl Fn(&Device) -> T) -> Vec<T> {
         let mut out = Vec::with_capacity(self.online.load(Ordering::Relaxed) as usize);
         for shard in self.shards.iter() {
-            for d in shard.lock().expect("hub lock").values().flatten() {
-                out.push(Held {
-                    user_id: d.user_id.clone(),
-                    device_id: d.device_id.clone(),
-                    token: d.token,
-                    issued_at: d.issued_at,
-                });
-            }
+            out.extend(
+                shard
+                    .lock()
+                    .expect("hub lock")
+                    .values()
+                    .flatten()
+                    .map(|d| f(d)),
+            );
         }
         out
     }

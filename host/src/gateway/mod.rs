@@ -89,7 +89,10 @@ pub async fn upgrade(
         .device_id
         .filter(|d| crate::auth::valid_device_id(d))
         .ok_or_else(|| {
-            Error::bad_request("deviceId (1 to 64 of A-Z a-z 0-9 _ . - :) is required")
+            Error::bad_request(format!(
+                "deviceId ({}) is required",
+                crate::auth::DEVICE_ID_RULE
+            ))
         })?;
     let labels = [q.device_name.as_deref(), q.platform.as_deref()];
     if labels

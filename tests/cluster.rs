@@ -637,7 +637,7 @@ async fn cluster_mode_refuses_sqlite_and_a_second_node_with_the_same_id() {
         prefix: "unused".into(),
         extra: String::new(),
     };
-    let log = refused(&db, &w, 1, "sqlite-node");
+    let log = refused(&db, &w, 1, "sqlite-node", "");
     assert!(log.contains("cluster mode needs PostgreSQL"), "{log}");
 
     let Some(svc) = services("cluster_duplicate_node") else {
@@ -646,12 +646,21 @@ async fn cluster_mode_refuses_sqlite_and_a_second_node_with_the_same_id() {
     let db = Db::new(&svc.postgres, "cluster-duplicate").await;
     let w = Wiring::nats(&svc, "duplicate");
     let first = node(&db, &w, 7, "");
-    let log = refused(&db, &w, 7, "second-node7");
+    let log = refused(&db, &w, 7, "second-node7", "");
     assert!(
         log.contains("cluster.node_id 7 is held by a live node"),
         "{log}"
     );
     assert_eq!(health(&first).await["status"], "ok");
+
+    // A start refused after it claimed its number (its metrics address is taken) gives
+    // the number back: the next start with it does not wait out the lease.
+    let taken = format!("metrics_listen = \"{}\"\n", first.addr);
+    let log = refused(&db, &w, 8, "node8-metrics-taken", &taken);
+    assert!(log.contains("server.metrics_listen"), "{log}");
+    let eighth = node(&db, &w, 8, "");
+    assert!(!eighth.log().contains("is held"), "{}", eighth.log());
+    assert_eq!(health(&eighth).await["status"], "ok");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -260,6 +260,80 @@ async fn a_keep_alive_connection_in_use_is_not_closed_as_idle() {
     assert!(until_closed(&mut c).await.is_empty());
 }
 
+/// `courier_refusals_total{guard}` on the admin's `/metrics`.
+async fn refusals(s: &Server, guard: &str) -> u64 {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let a =
+        common::server::request(&s.addr, "GET", "/metrics", &[("Authorization", &auth)], "").await;
+    let sample = format!("courier_refusals_total{{guard=\"{guard}\"}} ");
+    a.body
+        .lines()
+        .find_map(|l| l.strip_prefix(&sample))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {sample} in /metrics: {}", a.body))
+}
+
+/// Waits (bounded by `SAFETY`) until the server closed connections for `guard`.
+async fn until_counted(s: &Server, guard: &str, n: u64) {
+    let started = Instant::now();
+    while refusals(s, guard).await < n {
+        assert!(
+            started.elapsed() < SAFETY,
+            "no connection closed for {guard}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_phase_of_a_kept_connection_is_held_to_its_own_deadline() {
+    // Idle far longer than the safety net: a connection held to it would never close here.
+    let (_db, s) = server(
+        Sections {
+            server: "header_timeout_secs = 2\nrequest_timeout_secs = 2\nidle_timeout_secs = 600\n",
+            ..Sections::default()
+        },
+        "phases",
+    )
+    .await;
+    // A head begun on a kept connection idle for a while: the head's deadline, from its
+    // first byte.
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    let a = request(&mut c, "GET", "/healthz", None, "").await.unwrap();
+    assert_eq!(a.status, 200);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    assert!(until_closed(&mut c).await.is_empty());
+    assert_eq!(refusals(&s, "header_timeout").await, 1);
+
+    // A client that asks for large answers and stops reading them: cut off by the
+    // request's deadline, counted as such, while its answers cannot all be written.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut c = socket.connect(s.addr.parse().unwrap()).await.unwrap();
+    let ask = "GET /v1/openapi.json HTTP/1.1\r\nHost: courier\r\n\r\n".repeat(400);
+    c.write_all(ask.as_bytes()).await.unwrap();
+    until_counted(&s, "request_timeout", 1).await;
+    until_closed(&mut c).await;
+    assert_eq!(refusals(&s, "idle").await, 0);
+
+    // Idle shorter than the head's deadline: the idle one closes a kept connection.
+    let (_db, s) = server(
+        Sections {
+            server: "header_timeout_secs = 600\nidle_timeout_secs = 2\n",
+            ..Sections::default()
+        },
+        "phases-idle",
+    )
+    .await;
+    let mut c = connect_from(&s, [127, 0, 0, 1]).await;
+    let a = request(&mut c, "GET", "/healthz", None, "").await.unwrap();
+    assert_eq!(a.status, 200);
+    assert!(until_closed(&mut c).await.is_empty());
+    assert_eq!(refusals(&s, "idle").await, 1);
+    assert_eq!(refusals(&s, "header_timeout").await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_caps_refuse_with_503_and_log_once_per_interval() {
     let _ = rlimit::increase_nofile_limit(u64::MAX);
@@ -288,6 +362,11 @@ async fn connection_caps_refuse_with_503_and_log_once_per_interval() {
         assert_eq!((a.status, a.code()), (503, "too_many_connections"), "{a:?}");
         assert_eq!(a.header("connection"), Some("close"));
         assert!(a.header("retry-after").is_some());
+        let id = a.header("x-request-id").unwrap_or_default();
+        assert!(
+            id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{a:?}"
+        );
     }
     // Another client is served meanwhile.
     let mut other = connect_from(&s, [127, 0, 0, 8]).await;

@@ -103,13 +103,14 @@ pub async fn nodes(db: &Db, w: &Wiring, n: u16) -> Vec<Server> {
     (1..=n).map(|i| node(db, w, i, "")).collect()
 }
 
-/// The log of a node that must refuse to start.
-pub fn refused(db: &Db, w: &Wiring, node: u16, name: &str) -> String {
+/// The log of a node that must refuse to start; `server` adds `[server]` keys.
+pub fn refused(db: &Db, w: &Wiring, node: u16, name: &str, server: &str) -> String {
     let sections = w.section(node);
     Server::refused(
         db,
         name,
         Sections {
+            server,
             extra: &sections,
             ..Sections::default()
         },

@@ -96,7 +96,12 @@ fn request_id(headers: &HeaderMap) -> String {
                 && v.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         })
-        .map_or_else(|| format!("{:016x}", fastrand::u64(..)), str::to_string)
+        .map_or_else(new_request_id, str::to_string)
+}
+
+/// A request id made here: 16 hex digits.
+pub fn new_request_id() -> String {
+    format!("{:016x}", fastrand::u64(..))
 }
 
 /// Every request runs in a `request` span (its id, method and route template — never the

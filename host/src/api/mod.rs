@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use crate::protocol::{Code, Error};
+pub use metrics::new_request_id;
 
 use crate::auth::{Attempts, Passwords};
 use crate::config::Config;

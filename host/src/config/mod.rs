@@ -630,17 +630,29 @@ impl Config {
             ));
         }
         let g = &self.gateway;
-        if g.max_frame_bytes < 1024
-            || g.heartbeat_secs == 0
-            || g.send_rate_per_sec == 0
-            || g.send_burst == 0
-            || g.outbox_frames < 16
-            || g.handshake_secs == 0
-        {
-            return Err(ConfigError::Check(
-                "gateway: max_frame_bytes >= 1024, outbox_frames >= 16, and heartbeat_secs, send_rate_per_sec, send_burst, handshake_secs positive".into(),
-            ));
-        }
+        refuse_failing(&[
+            (
+                "gateway.max_frame_bytes must be at least 1024",
+                g.max_frame_bytes < 1024,
+            ),
+            (
+                "gateway.outbox_frames must be at least 16",
+                g.outbox_frames < 16,
+            ),
+            (
+                "gateway.heartbeat_secs must be positive",
+                g.heartbeat_secs == 0,
+            ),
+            (
+                "gateway.send_rate_per_sec must be positive",
+                g.send_rate_per_sec == 0,
+            ),
+            ("gateway.send_burst must be positive", g.send_burst == 0),
+            (
+                "gateway.handshake_secs must be positive",
+                g.handshake_secs == 0,
+            ),
+        ])?;
         // A frame pushed to a connection must fit its budget, or no large message could
         // ever be delivered.
         if g.outbox_bytes < 2 * g.max_frame_bytes || g.node_outbox_bytes < g.outbox_bytes {
@@ -649,15 +661,24 @@ impl Config {
             ));
         }
         let s = &self.server;
-        if s.header_timeout_secs == 0
-            || s.body_timeout_secs == 0
-            || s.idle_timeout_secs == 0
-            || s.request_timeout_secs == 0
-        {
-            return Err(ConfigError::Check(
-                "server: header_timeout_secs, body_timeout_secs, idle_timeout_secs and request_timeout_secs must be positive".into(),
-            ));
-        }
+        refuse_failing(&[
+            (
+                "server.header_timeout_secs must be positive",
+                s.header_timeout_secs == 0,
+            ),
+            (
+                "server.body_timeout_secs must be positive",
+                s.body_timeout_secs == 0,
+            ),
+            (
+                "server.idle_timeout_secs must be positive",
+                s.idle_timeout_secs == 0,
+            ),
+            (
+                "server.request_timeout_secs must be positive",
+                s.request_timeout_secs == 0,
+            ),
+        ])?;
         if self.auth.hash_queue_secs == 0 {
             return Err(ConfigError::Check(
                 "auth.hash_queue_secs must be positive".into(),
@@ -680,6 +701,15 @@ impl Config {
 /// levels). Variables of any other shape under the prefix (`COURIER_LOG`, a deployment's
 /// own `COURIER_BIN`) are not config and are left alone; one of this shape with an unknown
 /// key is refused by `deny_unknown_fields`, naming it.
+/// Refuses with every rule of `rules` that fails (`true`), each by its own words.
+fn refuse_failing(rules: &[(&str, bool)]) -> Result<(), ConfigError> {
+    let failing: Vec<&str> = rules.iter().filter(|r| r.1).map(|r| r.0).collect();
+    match failing.is_empty() {
+        true => Ok(()),
+        false => Err(ConfigError::Check(failing.join("; "))),
+    }
+}
+
 fn config_env() -> Env {
     Env::prefixed("COURIER_")
         .filter(|key| key.as_str().contains("__"))
@@ -780,6 +810,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("enable"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_setting_is_named() {
+        let err = Config::from_toml("[server]\nidle_timeout_secs = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.idle_timeout_secs must be positive"),
+            "{err}"
+        );
+        assert!(!err.contains("header_timeout_secs"), "{err}");
+        let err = Config::from_toml("[gateway]\nhandshake_secs = 0\nsend_burst = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gateway.handshake_secs must be positive"),
+            "{err}"
+        );
+        assert!(err.contains("gateway.send_burst must be positive"), "{err}");
+        assert!(!err.contains("heartbeat_secs"), "{err}");
     }
 
     #[test]

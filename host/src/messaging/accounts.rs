@@ -62,6 +62,9 @@ impl Account {
     }
 }
 
+/// How many accounts, or devices, one statement of `Core::no_longer_admitted` reads.
+const RECHECK_CHUNK: usize = 500;
+
 /// A connection as the node holding it knows it: whose, which device, and its token.
 #[derive(Debug, Clone)]
 pub struct Held {
@@ -137,32 +140,49 @@ impl Core {
     /// Which of `held` (this node's connections) may no longer stay, read again from the
     /// database, and why: the account deleted, the token revoked, the device removed. For
     /// a node that did not hear what the others said for a while (its bus came back): the
-    /// closes they sent meanwhile were lost. One account read per user and one device
-    /// read per connection; an error ends the pass (the caller runs it again).
+    /// closes they sent meanwhile were lost. The accounts and devices are read
+    /// `RECHECK_CHUNK` at a time; an error ends the pass (the caller runs it again).
     pub async fn no_longer_admitted(&self, held: &[Held]) -> Result<Vec<(Held, Close)>, Error> {
-        let mut accounts: HashMap<&str, Account> = HashMap::new();
+        let unavailable = crate::store::unavailable;
+        let mut users: Vec<&str> = held.iter().map(|h| h.user_id.as_str()).collect();
+        users.sort_unstable();
+        users.dedup();
+        let mut accounts: HashMap<String, Account> = HashMap::new();
+        for chunk in users.chunks(RECHECK_CHUNK) {
+            let mut rows = self.store.accounts(chunk).await.map_err(unavailable)?;
+            for user in chunk {
+                let row = match rows.remove(*user) {
+                    Some(row) => row,
+                    // No row: what `account` makes of such a user.
+                    None => self.store.account(user).await.map_err(unavailable)?,
+                };
+                accounts.insert(user.to_string(), Account::from_row(row));
+            }
+        }
         let mut out = Vec::new();
+        let mut admitted = Vec::new();
         for h in held {
-            if !accounts.contains_key(h.user_id.as_str()) {
-                let row = self
-                    .store
-                    .account(&h.user_id)
-                    .await
-                    .map_err(crate::store::unavailable)?;
-                accounts.insert(&h.user_id, Account::from_row(row));
+            match accounts[h.user_id.as_str()].refuses(h.token, h.issued_at) {
+                Some(why) => out.push((h.clone(), why)),
+                None => admitted.push(h),
             }
-            if let Some(why) = accounts[h.user_id.as_str()].refuses(h.token, h.issued_at) {
-                out.push((h.clone(), why));
-                continue;
-            }
-            if self
+        }
+        for chunk in admitted.chunks(RECHECK_CHUNK) {
+            let devices: Vec<(&str, &str)> = chunk
+                .iter()
+                .map(|h| (h.user_id.as_str(), h.device_id.as_str()))
+                .collect();
+            let removed = self
                 .store
-                .device_removed(&h.user_id, &h.device_id)
+                .devices_removed(&devices)
                 .await
-                .map_err(crate::store::unavailable)?
-            {
-                out.push((h.clone(), Close::DeviceRemoved));
-            }
+                .map_err(unavailable)?;
+            out.extend(
+                chunk
+                    .iter()
+                    .filter(|h| removed.contains(&(h.user_id.clone(), h.device_id.clone())))
+                    .map(|h| ((*h).clone(), Close::DeviceRemoved)),
+            );
         }
         Ok(out)
     }

@@ -151,7 +151,9 @@ impl Admission {
             let body = envelope(&refusal).to_string();
             let answer = format!(
                 "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-                 retry-after: 5\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                 retry-after: 5\r\nconnection: close\r\nx-request-id: {}\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                crate::api::new_request_id(),
                 body.len()
             );
             let _ = tokio::time::timeout(Duration::from_secs(1), async {

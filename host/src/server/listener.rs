@@ -19,7 +19,7 @@ use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tower::Service as _;
 
 use super::admission::{Admission, Admitted};
@@ -100,15 +100,24 @@ enum Phase {
     Busy = 1,
     /// Between requests (keep-alive).
     Idle = 2,
+    /// The response's body has ended and its last bytes wait to be written: still within
+    /// the request's deadline, from when it began.
+    Writing = 3,
 }
 
 /// The phase of a connection and since when, shared by the connection's task, its socket
-/// (bytes arriving end an idle spell) and its requests (a head starts a busy spell, the
-/// end of the response an idle one).
+/// (bytes arriving end an idle spell, the last bytes of a response written a busy one)
+/// and its requests (a head starts a busy spell).
 struct Clock {
     base: Instant,
     phase: AtomicU8,
     since_ms: AtomicU64,
+    /// Bytes arrived while a response was being written: the next request's head has
+    /// begun.
+    read_ahead: AtomicBool,
+    /// Told of every new phase, so the connection's task sleeps until the deadline in
+    /// force, which may be sooner than the one it slept for.
+    moved: Notify,
 }
 
 impl Clock {
@@ -117,6 +126,8 @@ impl Clock {
             base: Instant::now(),
             phase: AtomicU8::new(Phase::Head as u8),
             since_ms: AtomicU64::new(0),
+            read_ahead: AtomicBool::new(false),
+            moved: Notify::new(),
         }
     }
 
@@ -124,13 +135,32 @@ impl Clock {
         self.since_ms
             .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
         self.phase.store(phase as u8, Ordering::Release);
+        self.moved.notify_one();
+    }
+
+    /// The response's body ended: its bytes are still to be written, within the request's
+    /// deadline.
+    fn writing(&self) {
+        self.read_ahead.store(false, Ordering::Relaxed);
+        self.phase.store(Phase::Writing as u8, Ordering::Release);
+    }
+
+    /// Everything the response put in the socket's way was written.
+    fn written(&self) {
+        if self.phase() == Phase::Writing {
+            match self.read_ahead.load(Ordering::Relaxed) {
+                true => self.set(Phase::Head),
+                false => self.set(Phase::Idle),
+            }
+        }
     }
 
     fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Acquire) {
             0 => Phase::Head,
             1 => Phase::Busy,
-            _ => Phase::Idle,
+            2 => Phase::Idle,
+            _ => Phase::Writing,
         }
     }
 
@@ -139,7 +169,7 @@ impl Clock {
         let since = self.base + Duration::from_millis(self.since_ms.load(Ordering::Relaxed));
         match self.phase() {
             Phase::Head => (since + d.header, Guard::HeaderTimeout),
-            Phase::Busy => (since + d.request, Guard::RequestTimeout),
+            Phase::Busy | Phase::Writing => (since + d.request, Guard::RequestTimeout),
             Phase::Idle => (since + d.idle, Guard::Idle),
         }
     }
@@ -192,7 +222,7 @@ async fn connection(
         conn.as_mut().graceful_shutdown();
     }
     loop {
-        let (deadline, guard) = clock.deadline(&deadlines);
+        let (deadline, _) = clock.deadline(&deadlines);
         tokio::select! {
             done = conn.as_mut() => {
                 if let Err(e) = done {
@@ -200,9 +230,12 @@ async fn connection(
                 }
                 return;
             }
+            // A new phase: its deadline, perhaps sooner.
+            () = clock.moved.notified() => {}
             () = tokio::time::sleep_until(deadline.into()) => {
-                // The phase may have moved on meanwhile: only a deadline still in force counts.
-                if clock.deadline(&deadlines).0 <= Instant::now() {
+                // Only the deadline in force counts, and says what ran out.
+                let (deadline, guard) = clock.deadline(&deadlines);
+                if deadline <= Instant::now() {
                     guards.count(guard);
                     tracing::debug!(%peer, guard = guard.name(), "closing the connection: its deadline passed");
                     return;
@@ -220,7 +253,7 @@ async fn connection(
 
 /// One request: its body held to the body deadline, the router's answer, `Connection:
 /// close` when the body was left unread (the connection cannot carry another request
-/// then), and the end of the response starting the idle spell.
+/// then), and the end of the response's body starting its last writes (`Ends`).
 async fn answer(
     req: Request<Incoming>,
     peer: Peer,
@@ -303,8 +336,8 @@ impl hyper::body::Body for Timed {
     }
 }
 
-/// A response body whose end (written whole, or dropped) starts the connection's idle
-/// spell.
+/// A response body whose end (read whole, or dropped) leaves its last bytes to be written
+/// (`Phase::Writing`); once they are (`Watched`), the connection's idle spell starts.
 struct Ends {
     inner: Body,
     clock: Arc<Clock>,
@@ -312,7 +345,7 @@ struct Ends {
 
 impl Drop for Ends {
     fn drop(&mut self) {
-        self.clock.set(Phase::Idle);
+        self.clock.writing();
     }
 }
 
@@ -337,7 +370,8 @@ impl hyper::body::Body for Ends {
 }
 
 /// The socket, telling the clock when bytes arrive on an idle connection (a new request
-/// has begun: its head deadline starts).
+/// has begun: its head deadline starts), and when a response's last bytes were written:
+/// hyper flushes the socket only once every byte it holds was written to it.
 struct Watched {
     inner: TcpStream,
     clock: Arc<Clock>,
@@ -351,8 +385,12 @@ impl AsyncRead for Watched {
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before && self.clock.phase() == Phase::Idle {
-            self.clock.set(Phase::Head);
+        if buf.filled().len() > before {
+            match self.clock.phase() {
+                Phase::Idle => self.clock.set(Phase::Head),
+                Phase::Writing => self.clock.read_ahead.store(true, Ordering::Relaxed),
+                Phase::Head | Phase::Busy => {}
+            }
         }
         polled
     }
@@ -380,7 +418,11 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let flushed = Pin::new(&mut self.inner).poll_flush(cx);
+        if matches!(flushed, Poll::Ready(Ok(()))) {
+            self.clock.written();
+        }
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

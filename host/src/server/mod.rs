@@ -117,9 +117,16 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
         storage = ?core.store.dialect(),
         "database ready"
     );
-    let listener = tokio::net::TcpListener::bind(config.server.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    let (listener, metrics_listener) = match bind(&config.server).await {
+        Ok(bound) => bound,
+        Err(e) => {
+            // In cluster mode the node's number goes back at once: the next start need not
+            // wait out its lease.
+            links.shutdown().await;
+            core.store.close().await;
+            return Err(e);
+        }
+    };
     let addr = listener.local_addr()?;
     let limits = &config.server;
     let open_files = admission::raise_open_file_limit();
@@ -145,12 +152,8 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
             "server.max_connections ({max_connections}) leaves fewer than 64 of the {open_files} open files for the database and plugins"
         );
     }
-    let metrics_listen = config.server.metrics_listen;
     let state = AppState::new(gateway, config, config_path);
-    if let Some(at) = metrics_listen {
-        let listener = tokio::net::TcpListener::bind(at)
-            .await
-            .with_context(|| format!("cannot listen on {at} (server.metrics_listen)"))?;
+    if let Some(listener) = metrics_listener {
         tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
         tokio::spawn(listener::serve(
             listener,
@@ -184,6 +187,24 @@ pub async fn serve(config_path: Option<PathBuf>) -> anyhow::Result<()> {
     links.shutdown().await;
     core.store.close().await;
     Ok(())
+}
+
+/// The server's address and, if set, the metrics address.
+async fn bind(
+    c: &crate::config::ServerConfig,
+) -> anyhow::Result<(tokio::net::TcpListener, Option<tokio::net::TcpListener>)> {
+    let listener = tokio::net::TcpListener::bind(c.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", c.listen))?;
+    let metrics = match c.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} (server.metrics_listen)"))?,
+        ),
+        None => None,
+    };
+    Ok((listener, metrics))
 }
 
 /// Connections the metrics address takes at once (a scraper needs one or two).

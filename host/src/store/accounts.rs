@@ -1,6 +1,6 @@
 //! Users, their revoked tokens, and the server's own secrets.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{AnyConnection, Row as _};
 
@@ -79,6 +79,63 @@ impl Store {
     pub async fn account(&self, user_id: &str) -> sqlx::Result<AccountRow> {
         // Every statement here is a read or an idempotent insert: safe to run twice.
         self.read_twice(|| self.account_once(user_id)).await
+    }
+
+    /// The accounts of `users` that have a row, by user, in two statements however many
+    /// (a read each, run again if its connection broke). A user without a row is left
+    /// out: `account` says what such a user is.
+    pub async fn accounts(&self, users: &[&str]) -> sqlx::Result<HashMap<String, AccountRow>> {
+        let mut found = HashMap::new();
+        if users.is_empty() {
+            return Ok(found);
+        }
+        let d = self.dialect;
+        let keys = json(&users.iter().map(|u| [*u]).collect::<Vec<_>>());
+        let by_user = [("user_id", false)];
+        let rows = lookup(
+            d,
+            "user_id, tokens_valid_from, deleted_at",
+            "users",
+            &by_user,
+            "",
+        );
+        let revoked = lookup(
+            d,
+            "user_id, token_id, expires_at",
+            "revoked_tokens",
+            &by_user,
+            "",
+        );
+        let (rows, revoked) = self
+            .read_twice(|| async {
+                let rows = sqlx::query(&rows)
+                    .bind(&keys)
+                    .fetch_all(self.read())
+                    .await?;
+                let revoked = sqlx::query(&revoked)
+                    .bind(&keys)
+                    .fetch_all(self.read())
+                    .await?;
+                Ok((rows, revoked))
+            })
+            .await?;
+        for row in rows {
+            let account = AccountRow {
+                tokens_valid_from: row.try_get(1)?,
+                deleted: row.try_get::<Option<i64>, _>(2)?.is_some(),
+                revoked: Vec::new(),
+            };
+            found.insert(row.try_get(0)?, account);
+        }
+        let now = now_ms() / 1000;
+        for row in revoked {
+            let (user, token, expires_at): (String, String, i64) =
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+            if let Some(account) = found.get_mut(&user).filter(|_| expires_at >= now) {
+                account.revoked.push((token, expires_at));
+            }
+        }
+        Ok(found)
     }
 
     async fn account_once(&self, user_id: &str) -> sqlx::Result<AccountRow> {

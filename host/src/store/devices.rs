@@ -2,7 +2,7 @@
 //! explicitly, removed by its user), when each was last seen, and where an offline notice
 //! for it goes. Queries only; what a device may do is `messaging/devices.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::Row as _;
 
@@ -125,6 +125,31 @@ impl Store {
         .fetch_optional(self.read())
         .await?;
         Ok(matches!(removed, Some(Some(_))))
+    }
+
+    /// Which of the devices `(user, device)` were removed, in one statement however many
+    /// (a read, run again if its connection broke).
+    pub async fn devices_removed(
+        &self,
+        devices: &[(&str, &str)],
+    ) -> sqlx::Result<HashSet<(String, String)>> {
+        if devices.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let sql = lookup(
+            self.dialect,
+            "user_id, device_id",
+            "devices",
+            &[("user_id", false), ("device_id", false)],
+            "AND removed_at IS NOT NULL",
+        );
+        let keys = json(devices);
+        let rows = self
+            .read_twice(|| sqlx::query(&sql).bind(&keys).fetch_all(self.read()))
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
     }
 
     /// Registers a device explicitly (or again, after its removal: then as new), with its

@@ -529,6 +529,26 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
 
 /// Makes the Redis at `port` answer nobody for `ms` (it keeps its data, as a Redis behind
 /// a stalled network does).
+/// Whether `key` is in the Redis at `url` (`redis://host:port`, its database 0).
+fn redis_has(url: &str, key: &str) -> bool {
+    use std::io::{Read as _, Write as _};
+    let addr = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap();
+    let mut r = std::net::TcpStream::connect(addr).unwrap();
+    let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
+    r.write_all(cmd.as_bytes()).unwrap();
+    let mut answer = [0u8; 4];
+    r.read_exact(&mut answer).unwrap();
+    match &answer {
+        b":1\r\n" => true,
+        b":0\r\n" => false,
+        other => panic!("EXISTS answered {:?}", String::from_utf8_lossy(other)),
+    }
+}
+
 fn pause_redis(port: u16, ms: u64) {
     use std::io::{Read as _, Write as _};
     let mut r = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -658,6 +678,8 @@ async fn cluster_mode_refuses_sqlite_and_a_second_node_with_the_same_id() {
     let taken = format!("metrics_listen = \"{}\"\n", first.addr);
     let log = refused(&db, &w, 8, "node8-metrics-taken", &taken);
     assert!(log.contains("server.metrics_listen"), "{log}");
+    let lease = format!("{}:node:8", w.prefix);
+    assert!(!redis_has(&svc.redis, &lease), "{lease} is still held");
     let eighth = node(&db, &w, 8, "");
     assert!(!eighth.log().contains("is held"), "{}", eighth.log());
     assert_eq!(health(&eighth).await["status"], "ok");

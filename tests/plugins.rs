@@ -733,6 +733,80 @@ fn a_plugin_that_sleeps_does_not_hold_the_host() {
 }
 
 #[test]
+fn plugins_called_on_the_async_runtime_write_stderr_and_sleep_without_it() {
+    // The server calls plugins inline on its runtime's threads (a WebSocket send), where
+    // wasmtime-wasi's own blocking calls cannot run: a panic's message written to stderr
+    // and a sleep must not need them.
+    let reg = std::sync::Arc::new(registry(&format!(
+        "[runtime]\nbreaker_failures = 100\n[plugins.trap]\npath = {}\n[plugins.sleeper]\npath = {}\n",
+        toml_path(&fixture("trap")),
+        toml_path(&fixture("sleeper")),
+    )));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (trapped, slept, text) = rt.block_on(async move {
+        tokio::spawn(async move {
+            let trapped = reg
+                .validate(9003, &user(1), br#"{"text":"boom"}"#)
+                .unwrap_err();
+            let slept = reg
+                .validate(9008, &user(1), br#"{"text":"zzz"}"#)
+                .map(|v| v.into_text())
+                .map_err(|e| e.to_string());
+            let text = reg
+                .validate(1, &user(1), br#"{"text":"still here"}"#)
+                .map(|v| v.into_text())
+                .map_err(|e| e.to_string());
+            (trapped, slept, text)
+        })
+        .await
+        .expect("the calls did not panic")
+    });
+    assert_eq!(trapped.code(), "plugin_failed", "{trapped}");
+    assert!(
+        trapped.to_string().contains("fixture panics on purpose"),
+        "the panic's message, read from stderr: {trapped}"
+    );
+    assert_eq!(slept, Ok(r#"{"text":"zzz"}"#.to_string()));
+    assert_eq!(text, Ok(r#"{"text":"still here"}"#.to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_panics_over_a_websocket_fails_its_message_and_the_connection_stays() {
+    use common::server::{Backend, Server, peer, send_err, send_ok, text};
+    let db = common::server::Db::new(&Backend::Sqlite, "ws-plugin-panics").await;
+    let s = Server::start(
+        &db,
+        &format!(
+            "[plugins.trap]\npath = {}\n[plugins.sleeper]\npath = {}\n",
+            toml_path(&fixture("trap")),
+            toml_path(&fixture("sleeper")),
+        ),
+    )
+    .await;
+    let (alice, _bob) = (s.user("alice").await, s.user("bob").await);
+    let mut ws = s.connect(&alice, "phone").await;
+    let mut boom = text("t1", "c1", peer("bob"), "boom");
+    boom["contentType"] = 9003.into();
+    let err = send_err(&mut ws, boom).await;
+    assert_eq!(err["code"], "plugin_failed", "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fixture panics on purpose"),
+        "{err}"
+    );
+    let mut zzz = text("t2", "c2", peer("bob"), "zzz");
+    zzz["contentType"] = 9008.into();
+    send_ok(&mut ws, zzz).await;
+    send_ok(&mut ws, text("t3", "c3", peer("bob"), "still here")).await;
+}
+
+#[test]
 fn the_host_checks_what_a_plugin_returns() {
     use courier::plugins::Manifest;
     let m = Manifest {

@@ -2,6 +2,8 @@
 //! import, and the per-store state: the inert WASI context, the memory limiter, the
 //! captured stderr. `pool.rs` runs the calls.
 
+mod inert_io;
+
 use std::sync::Arc;
 
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
@@ -103,6 +105,8 @@ impl Runtime {
         clock.func_wrap("subscribe-instant", |mut cx, (_,): (u64,)| {
             ready_pollable(&mut cx)
         })?;
+        // Nothing a plugin does waits on the async runtime, whose thread it may be on.
+        inert_io::link(&mut linker)?;
         linker.allow_shadowing(false);
         Bindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Runtime { engine, linker })

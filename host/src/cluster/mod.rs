@@ -114,6 +114,9 @@ pub struct Cluster {
     pub stats: Stats,
     core: OnceLock<Arc<Core>>,
     presence: OnceLock<Arc<PresenceThrottle>>,
+    /// The task that keeps the lease (`upkeep`): stopped before the lease is given back,
+    /// or its next tick would take it again.
+    upkeep_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The newest runtime switch of each plugin this node made or heard since it started:
     /// (enabled, when).
     switches: Mutex<HashMap<String, (bool, i64)>>,
@@ -193,6 +196,7 @@ impl Cluster {
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
+            upkeep_task: Mutex::new(None),
         });
         tokio::spawn(cluster.clone().forward(rx));
         tracing::info!(node = c.node_id, bus = ?c.bus, prefix = %c.prefix, "joined the cluster");
@@ -211,7 +215,7 @@ impl Cluster {
         let _ = self.presence.set(presence);
         tokio::spawn(self.clone().recheck(core.clone()));
         tokio::spawn(self.clone().receive(incoming, core));
-        tokio::spawn(self.clone().upkeep());
+        *self.upkeep_task.lock().expect("upkeep task") = Some(tokio::spawn(self.clone().upkeep()));
     }
 
     fn queue(&self, item: Out) {
@@ -941,9 +945,16 @@ impl Links for Cluster {
         })
     }
 
-    /// Gives the node's number back (the routes of its connections went with them).
+    /// Gives the node's number back (the routes of its connections went with them), once
+    /// nothing keeps it any more. A lease refresh already sent goes first: Redis runs one
+    /// connection's calls in order.
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            let upkeep = self.upkeep_task.lock().expect("upkeep task").take();
+            if let Some(task) = upkeep {
+                task.abort();
+                let _ = task.await;
+            }
             let _ = self.redis(self.routes.release(&self.token)).await;
         })
     }

@@ -697,10 +697,6 @@ impl Config {
     }
 }
 
-/// The environment's config keys: `COURIER_<SECTION>__<KEY>` (and deeper, `__` between
-/// levels). Variables of any other shape under the prefix (`COURIER_LOG`, a deployment's
-/// own `COURIER_BIN`) are not config and are left alone; one of this shape with an unknown
-/// key is refused by `deny_unknown_fields`, naming it.
 /// Refuses with every rule of `rules` that fails (`true`), each by its own words.
 fn refuse_failing(rules: &[(&str, bool)]) -> Result<(), ConfigError> {
     let failing: Vec<&str> = rules.iter().filter(|r| r.1).map(|r| r.0).collect();
@@ -710,6 +706,10 @@ fn refuse_failing(rules: &[(&str, bool)]) -> Result<(), ConfigError> {
     }
 }
 
+/// The environment's config keys: `COURIER_<SECTION>__<KEY>` (and deeper, `__` between
+/// levels). Variables of any other shape under the prefix (`COURIER_LOG`, a deployment's
+/// own `COURIER_BIN`) are not config and are left alone; one of this shape with an unknown
+/// key is refused by `deny_unknown_fields`, naming it.
 fn config_env() -> Env {
     Env::prefixed("COURIER_")
         .filter(|key| key.as_str().contains("__"))

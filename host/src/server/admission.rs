@@ -132,11 +132,12 @@ impl Admission {
         })
     }
 
-    /// Answers a refused connection `503 too_many_connections` and closes it. The answer
+    /// Answers a refused connection `503 too_many_connections` (its `x-request-id` is `id`,
+    /// which the refusal's debug line names) and closes it. The answer
     /// goes out first, then our end is shut down and the client's request read away for
     /// at most a second, so that closing does not reset the connection before the client
     /// read the answer. At most `ANSWERING` refusals are answered at a time.
-    pub fn refuse(&self, mut stream: TcpStream, why: Refusal) {
+    pub fn refuse(&self, mut stream: TcpStream, why: Refusal, id: String) {
         let Ok(permit) = self.answering.clone().try_acquire_owned() else {
             return;
         };
@@ -151,9 +152,8 @@ impl Admission {
             let body = envelope(&refusal).to_string();
             let answer = format!(
                 "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-                 retry-after: 5\r\nconnection: close\r\nx-request-id: {}\r\n\
+                 retry-after: 5\r\nconnection: close\r\nx-request-id: {id}\r\n\
                  content-length: {}\r\n\r\n{body}",
-                crate::api::new_request_id(),
                 body.len()
             );
             let _ = tokio::time::timeout(Duration::from_secs(1), async {

@@ -19,7 +19,7 @@ use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tower::Service as _;
 
 use super::admission::{Admission, Admitted};
@@ -80,8 +80,9 @@ pub async fn serve(
             Err(refusal) => {
                 let guard = refusal.guard();
                 guards.count(guard);
-                tracing::debug!(%peer, guard = guard.name(), "refusing the connection: {refusal}");
-                admission.refuse(stream, refusal);
+                let id = crate::api::new_request_id();
+                tracing::debug!(%peer, guard = guard.name(), %id, "refusing the connection: {refusal}");
+                admission.refuse(stream, refusal, id);
             }
         }
     }
@@ -115,9 +116,6 @@ struct Clock {
     /// Bytes arrived while a response was being written: the next request's head has
     /// begun.
     read_ahead: AtomicBool,
-    /// Told of every new phase, so the connection's task sleeps until the deadline in
-    /// force, which may be sooner than the one it slept for.
-    moved: Notify,
 }
 
 impl Clock {
@@ -127,7 +125,6 @@ impl Clock {
             phase: AtomicU8::new(Phase::Head as u8),
             since_ms: AtomicU64::new(0),
             read_ahead: AtomicBool::new(false),
-            moved: Notify::new(),
         }
     }
 
@@ -135,7 +132,6 @@ impl Clock {
         self.since_ms
             .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
         self.phase.store(phase as u8, Ordering::Release);
-        self.moved.notify_one();
     }
 
     /// The response's body ended: its bytes are still to be written, within the request's
@@ -209,7 +205,9 @@ async fn connection(
         )
     });
     // hyper's own head timeout (30 s, restarted when a connection goes idle) is off: the
-    // clock below holds every phase to the configured deadlines.
+    // clock below holds every phase to the configured deadlines. `pipeline_flush` stays
+    // off: with it hyper would skip flushing the socket, which is how `Watched` learns an
+    // answer was written.
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(None)
@@ -221,25 +219,35 @@ async fn connection(
     if draining {
         conn.as_mut().graceful_shutdown();
     }
+    let timer = tokio::time::sleep_until(clock.deadline(&deadlines).0.into());
+    tokio::pin!(timer);
+    let mut armed = None;
     loop {
-        let (deadline, _) = clock.deadline(&deadlines);
+        // Every change of phase happens while hyper polls the connection (its reads and
+        // writes, the service, the answer's body), so the deadline in force is read after
+        // each poll and the timer moved when it changed, sooner or later.
+        let step = std::future::poll_fn(|cx| {
+            if let Poll::Ready(done) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Err(done));
+            }
+            let (deadline, guard) = clock.deadline(&deadlines);
+            if armed != Some(deadline) {
+                timer.as_mut().reset(deadline.into());
+                armed = Some(deadline);
+            }
+            timer.as_mut().poll(cx).map(|()| Ok(guard))
+        });
         tokio::select! {
-            done = conn.as_mut() => {
-                if let Err(e) = done {
-                    tracing::debug!(%peer, "connection ended: {e}");
+            step = step => {
+                match step {
+                    Ok(guard) => {
+                        guards.count(guard);
+                        tracing::debug!(%peer, guard = guard.name(), "closing the connection: its deadline passed");
+                    }
+                    Err(Err(e)) => tracing::debug!(%peer, "connection ended: {e}"),
+                    Err(Ok(())) => {}
                 }
                 return;
-            }
-            // A new phase: its deadline, perhaps sooner.
-            () = clock.moved.notified() => {}
-            () = tokio::time::sleep_until(deadline.into()) => {
-                // Only the deadline in force counts, and says what ran out.
-                let (deadline, guard) = clock.deadline(&deadlines);
-                if deadline <= Instant::now() {
-                    guards.count(guard);
-                    tracing::debug!(%peer, guard = guard.name(), "closing the connection: its deadline passed");
-                    return;
-                }
             }
             changed = stopping.changed(), if !draining => {
                 if changed.is_err() || *stopping.borrow() {

@@ -527,40 +527,42 @@ async fn redis_stopped_keeps_local_delivery_and_started_again_brings_the_routes_
     text_arrives(&mut b, "to bob 2").await;
 }
 
-/// Makes the Redis at `port` answer nobody for `ms` (it keeps its data, as a Redis behind
-/// a stalled network does).
-/// Whether `key` is in the Redis at `url` (`redis://host:port`, its database 0).
+/// One command to the Redis at `addr` (`host:port`, its database 0); its one-line answer.
+fn redis_call(addr: &str, args: &[&str]) -> String {
+    use std::io::{BufRead as _, Write as _};
+    let mut cmd = format!("*{}\r\n", args.len());
+    for a in args {
+        cmd += &format!("${}\r\n{a}\r\n", a.len());
+    }
+    let mut r = std::net::TcpStream::connect(addr).unwrap();
+    r.write_all(cmd.as_bytes()).unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(r).read_line(&mut answer).unwrap();
+    answer.trim_end().to_string()
+}
+
+/// Whether `key` is in the Redis at `url` (`redis://host:port`).
 fn redis_has(url: &str, key: &str) -> bool {
-    use std::io::{Read as _, Write as _};
     let addr = url
         .trim_start_matches("redis://")
         .split('/')
         .next()
         .unwrap();
-    let mut r = std::net::TcpStream::connect(addr).unwrap();
-    let cmd = format!("*2\r\n$6\r\nEXISTS\r\n${}\r\n{key}\r\n", key.len());
-    r.write_all(cmd.as_bytes()).unwrap();
-    let mut answer = [0u8; 4];
-    r.read_exact(&mut answer).unwrap();
-    match &answer {
-        b":1\r\n" => true,
-        b":0\r\n" => false,
-        other => panic!("EXISTS answered {:?}", String::from_utf8_lossy(other)),
+    match redis_call(addr, &["EXISTS", key]).as_str() {
+        ":1" => true,
+        ":0" => false,
+        other => panic!("EXISTS answered {other:?}"),
     }
 }
 
+/// Makes the Redis at `port` answer nobody for `ms` (it keeps its data, as a Redis behind
+/// a stalled network does).
 fn pause_redis(port: u16, ms: u64) {
-    use std::io::{Read as _, Write as _};
-    let mut r = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let ms = ms.to_string();
-    let cmd = format!(
-        "*4\r\n$6\r\nCLIENT\r\n$5\r\nPAUSE\r\n${}\r\n{ms}\r\n$3\r\nALL\r\n",
-        ms.len()
+    let answer = redis_call(
+        &format!("127.0.0.1:{port}"),
+        &["CLIENT", "PAUSE", &ms.to_string(), "ALL"],
     );
-    r.write_all(cmd.as_bytes()).unwrap();
-    let mut ok = [0u8; 5];
-    r.read_exact(&mut ok).unwrap();
-    assert_eq!(&ok, b"+OK\r\n");
+    assert_eq!(answer, "+OK");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! import, and the per-store state: the inert WASI context, the memory limiter, the
 //! captured stderr. `pool.rs` runs the calls.
 
-mod inert_io;
+mod inert;
 
 use std::sync::Arc;
 
@@ -95,19 +95,8 @@ impl Runtime {
         // inert: no preopened directories, no sockets, no name lookup, no environment,
         // a frozen clock, fixed random seed, stdio discarded. See `loader::ALLOWED_WASI`.
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        // Time does not pass inside a plugin: the clock is frozen, and a timer (a sleep, a
-        // poll with a timeout) is ready at once instead of blocking the host's thread.
-        linker.allow_shadowing(true);
-        let mut clock = linker.instance(MONOTONIC_CLOCK)?;
-        clock.func_wrap("subscribe-duration", |mut cx, (_,): (u64,)| {
-            ready_pollable(&mut cx)
-        })?;
-        clock.func_wrap("subscribe-instant", |mut cx, (_,): (u64,)| {
-            ready_pollable(&mut cx)
-        })?;
-        // Nothing a plugin does waits on the async runtime, whose thread it may be on.
-        inert_io::link(&mut linker)?;
-        linker.allow_shadowing(false);
+        // Over it, what keeps a plugin from waiting: on time, or on the async runtime.
+        inert::link(&mut linker)?;
         Bindings::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)?;
         Ok(Runtime { engine, linker })
     }
@@ -129,26 +118,6 @@ impl Runtime {
     pub fn prepare(&self, component: &Component) -> wasmtime::Result<PluginPre<HostState>> {
         PluginPre::new(self.linker.instantiate_pre(component)?)
     }
-}
-
-/// The monotonic clock interface as wasmtime-wasi defines it (guests importing any 0.2.x
-/// version are linked to it).
-const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
-
-/// A pollable that is ready at once.
-struct Ready;
-
-#[wasmtime_wasi::async_trait]
-impl wasmtime_wasi::p2::Pollable for Ready {
-    async fn ready(&mut self) {}
-}
-
-fn ready_pollable(
-    cx: &mut wasmtime::StoreContextMut<'_, HostState>,
-) -> wasmtime::Result<(wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>,)> {
-    let table = &mut cx.data_mut().table;
-    let ready = table.push(Ready)?;
-    Ok((wasmtime_wasi::p2::subscribe(table, ready)?,))
 }
 
 /// Per-store state: the inert WASI context and the memory limiter.

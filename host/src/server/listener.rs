@@ -219,33 +219,33 @@ async fn connection(
     if draining {
         conn.as_mut().graceful_shutdown();
     }
-    let timer = tokio::time::sleep_until(clock.deadline(&deadlines).0.into());
+    let mut armed = clock.deadline(&deadlines).0;
+    let timer = tokio::time::sleep_until(armed.into());
     tokio::pin!(timer);
-    let mut armed = None;
     loop {
         // Every change of phase happens while hyper polls the connection (its reads and
         // writes, the service, the answer's body), so the deadline in force is read after
         // each poll and the timer moved when it changed, sooner or later.
         let step = std::future::poll_fn(|cx| {
             if let Poll::Ready(done) = conn.as_mut().poll(cx) {
-                return Poll::Ready(Err(done));
+                return Poll::Ready(Step::Ended(done));
             }
             let (deadline, guard) = clock.deadline(&deadlines);
-            if armed != Some(deadline) {
+            if deadline != armed {
                 timer.as_mut().reset(deadline.into());
-                armed = Some(deadline);
+                armed = deadline;
             }
-            timer.as_mut().poll(cx).map(|()| Ok(guard))
+            timer.as_mut().poll(cx).map(|()| Step::Expired(guard))
         });
         tokio::select! {
             step = step => {
                 match step {
-                    Ok(guard) => {
+                    Step::Expired(guard) => {
                         guards.count(guard);
                         tracing::debug!(%peer, guard = guard.name(), "closing the connection: its deadline passed");
                     }
-                    Err(Err(e)) => tracing::debug!(%peer, "connection ended: {e}"),
-                    Err(Ok(())) => {}
+                    Step::Ended(Err(e)) => tracing::debug!(%peer, "connection ended: {e}"),
+                    Step::Ended(Ok(())) => {}
                 }
                 return;
             }
@@ -257,6 +257,12 @@ async fn connection(
             }
         }
     }
+}
+
+/// How a connection's watch ends: hyper finished with it, or the deadline in force passed.
+enum Step {
+    Ended(hyper::Result<()>),
+    Expired(Guard),
 }
 
 /// One request: its body held to the body deadline, the router's answer, `Connection:

@@ -1,11 +1,16 @@
-//! `wasi:io` for plugins without the async runtime. wasmtime-wasi's synchronous bindings
-//! run every blocking stream call (a write to stderr, a panic's message, a Python
-//! traceback), every poll and a socket's bind or listen through `in_tokio`, which panics on
-//! a thread of the async runtime: the server calls plugins there, inline, for a WebSocket
-//! send. These bindings, linked over wasmtime-wasi's, run them to their end on the calling
-//! thread instead. In the inert context everything a plugin can wait for is ready at once
-//! (memory pipes, a closed stdin, timers ready at once: `ready_pollable`), so nothing here
-//! waits; a future still pending after a few polls fails the call. Sockets cannot be made.
+//! What is linked over wasmtime-wasi's WASI so that a plugin never waits.
+//!
+//! Time does not pass inside a plugin: the clock is frozen (`inert_wasi`), and a timer (a
+//! sleep, a poll with a timeout) is ready at once instead of blocking the host's thread.
+//!
+//! Nor does a plugin need the async runtime. wasmtime-wasi's synchronous bindings run every
+//! blocking stream call (a write to stderr, a panic's message, a Python traceback), every
+//! poll and a socket's bind or listen through `in_tokio`, which panics on a thread of the
+//! async runtime: the server calls plugins there, inline, for a WebSocket send. The
+//! `wasi:io` bindings here run them to their end on the calling thread instead. In the
+//! inert context everything a plugin can wait for is ready at once (memory pipes, a closed
+//! stdin, the timers above), so nothing here waits; a future still pending after a few
+//! polls fails the call. Sockets cannot be made.
 
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
@@ -20,9 +25,17 @@ use wasmtime_wasi::p2::{TcpSocket, UdpSocket};
 
 use super::HostState;
 
-/// Links the streams and poll interfaces over wasmtime-wasi's (the linker must allow
-/// shadowing), and sockets that are never made.
+/// Links the timers, the streams and poll interfaces, and sockets that are never made, over
+/// wasmtime-wasi's.
 pub(super) fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap("subscribe-duration", |mut cx, (_,): (u64,)| {
+        ready_pollable(&mut cx)
+    })?;
+    clock.func_wrap("subscribe-instant", |mut cx, (_,): (u64,)| {
+        ready_pollable(&mut cx)
+    })?;
     streams::add_to_linker::<HostState, InertIo>(linker, |s| Inert(&mut s.table))?;
     poll::add_to_linker::<HostState, InertIo>(linker, |s| Inert(&mut s.table))?;
     linker
@@ -35,11 +48,31 @@ pub(super) fn link(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
         .func_wrap("create-udp-socket", |_, (_,): (IpAddressFamily,)| {
             Ok((Err::<Resource<UdpSocket>, _>(ErrorCode::AccessDenied),))
         })?;
+    linker.allow_shadowing(false);
     Ok(())
 }
 
+/// The interfaces as wasmtime-wasi defines them (guests importing any 0.2.x version are
+/// linked to them).
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 const TCP_CREATE: &str = "wasi:sockets/tcp-create-socket@0.2.12";
 const UDP_CREATE: &str = "wasi:sockets/udp-create-socket@0.2.12";
+
+/// A pollable that is ready at once.
+struct Ready;
+
+#[wasmtime_wasi::async_trait]
+impl wasmtime_wasi::p2::Pollable for Ready {
+    async fn ready(&mut self) {}
+}
+
+fn ready_pollable(
+    cx: &mut wasmtime::StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<(Resource<DynPollable>,)> {
+    let table = &mut cx.data_mut().table;
+    let ready = table.push(Ready)?;
+    Ok((wasmtime_wasi::p2::subscribe(table, ready)?,))
+}
 
 /// How many times a future is polled before the call fails.
 const POLLS: usize = 64;

@@ -700,6 +700,30 @@ fn the_cli_lists_its_subcommands_and_check_exits_by_result() {
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(report.contains("FAIL  conflicts"), "{report}");
 
+    // A kind of a loaded kind's name takes its place when configured by that name: no
+    // clash, but changes that stored history depends on are named.
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["plugin", "check", "--fuzz", "50"])
+        .arg(fixture("changed-text"))
+        .arg("--config")
+        .arg(&config)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let line = report
+        .lines()
+        .find(|l| l.contains("conflicts"))
+        .unwrap_or_else(|| panic!("no conflicts check:\n{report}"));
+    assert!(
+        line.contains("WARN")
+            && line.contains("takes the place of text (built-in text.wasm)")
+            && line.contains("delivery from persistent to live")
+            && line.contains("counts-unread from true to false"),
+        "{report}"
+    );
+
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
         .args(["plugin", "check", "--fuzz", "50"])
         .arg(fixture("trap"))

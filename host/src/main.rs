@@ -122,8 +122,7 @@ fn against(
         .list()
         .into_iter()
         .map(|p| courier::plugins::check::Taken {
-            name: p.manifest.name,
-            content_type: p.manifest.content_type,
+            manifest: p.manifest,
             source: p.source,
             sha256: p.sha256,
         })

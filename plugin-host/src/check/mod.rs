@@ -56,9 +56,8 @@ pub enum Status {
 /// A kind a server already has, for `Report::against`.
 #[derive(Debug, Clone)]
 pub struct Taken {
-    pub name: String,
-    pub content_type: u32,
-    /// Where it comes from (`builtin:text`, a path).
+    pub manifest: Manifest,
+    /// Where it comes from (`built-in text.wasm`, a path).
     pub source: String,
     /// Its component's SHA-256: the checked file itself is no clash.
     pub sha256: String,
@@ -146,10 +145,13 @@ impl Report {
         });
     }
 
-    /// Adds the `conflicts` check: whether the plugin claims the name or content type of a
-    /// kind in `taken` (`what` says whose: the bundled kinds, a config's). A clash warns,
-    /// or fails when `fail` (a server with `taken` would refuse to load the plugin). Not
-    /// added when the manifest could not be read or is invalid.
+    /// Adds the `conflicts` check against the kinds in `taken` (`what` says whose: the
+    /// bundled kinds, a config's). The file would be installed as `[plugins.<its name>]
+    /// path`, which takes the place of the kind of that name: that kind is no clash, but
+    /// a change of its content type, delivery or counts-unread warns (stored history
+    /// depends on them; a reload refuses the last two). Another kind's content type is a
+    /// clash: it warns, or fails when `fail` (a server with `taken` would refuse the
+    /// plugin). Not added when the manifest could not be read or is invalid.
     pub fn against(&mut self, taken: &[Taken], sha256: &str, what: &str, fail: bool) {
         let Some(m) = &self.manifest else { return };
         if !m.problems().is_empty() {
@@ -157,26 +159,64 @@ impl Report {
         }
         let clashes: Vec<String> = taken
             .iter()
-            .filter(|t| {
-                t.sha256 != sha256 && (t.name == m.name || t.content_type == m.content_type)
+            .filter(|t| t.manifest.name != m.name && t.manifest.content_type == m.content_type)
+            .map(|t| {
+                let n = &t.manifest;
+                format!("{} (content type {}, {})", n.name, n.content_type, t.source)
             })
-            .map(|t| format!("{} (content type {}, {})", t.name, t.content_type, t.source))
             .collect();
-        if clashes.is_empty() {
-            self.push(
-                "conflicts",
-                Status::Pass,
-                format!("no name or content type of {what}"),
-            );
-        } else {
+        let replaced = taken
+            .iter()
+            .find(|t| t.manifest.name == m.name && t.sha256 != sha256);
+        let mut changes = Vec::new();
+        if let Some(t) = replaced {
+            let old = &t.manifest;
+            if old.content_type != m.content_type {
+                changes.push(format!(
+                    "content type from {} to {} (messages stored as {} lose their kind)",
+                    old.content_type, m.content_type, old.content_type
+                ));
+            }
+            if old.delivery != m.delivery {
+                changes.push(format!(
+                    "delivery from {} to {} (a reload refuses it; stored history depends on it)",
+                    old.delivery, m.delivery
+                ));
+            }
+            if old.counts_unread != m.counts_unread {
+                changes.push(format!(
+                    "counts-unread from {} to {} (a reload refuses it; unread totals depend on it)",
+                    old.counts_unread, m.counts_unread
+                ));
+            }
+        }
+        let replacing = replaced.map(|t| {
+            format!(
+                "takes the place of {} ({}) when configured as [plugins.{}] path",
+                m.name, t.source, m.name
+            )
+        });
+        if !clashes.is_empty() {
             self.push(
                 "conflicts",
                 if fail { Status::Fail } else { Status::Warn },
                 format!(
-                    "claims the name or content type of {what}: {}; a server that has it refuses to load this plugin (content types 1-999 are the bundled kinds': use 1000 and up)",
+                    "claims the content type of {what}: {}; a server that has it refuses to load this plugin (content types 1-999 are the bundled kinds': use 1000 and up)",
                     clashes.join(", ")
                 ),
             );
+        } else if let (Some(replacing), false) = (&replacing, changes.is_empty()) {
+            self.push(
+                "conflicts",
+                Status::Warn,
+                format!("{replacing}, and changes its {}", changes.join(", ")),
+            );
+        } else {
+            let detail = match replacing {
+                Some(r) => format!("{r}; no content type of another kind of {what}"),
+                None => format!("no name or content type of {what}"),
+            };
+            self.push("conflicts", Status::Pass, detail);
         }
     }
 

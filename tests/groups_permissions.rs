@@ -9,12 +9,13 @@ use common::groups::{
     create, events_after, gtext, id_of, m, members, my_group, named, overview, position, say,
     say_fails,
 };
-use common::server::{Backend, call, ok, send_err, send_ok, setup};
+use common::server::{Backend, User, call, ok, send_err, send_ok, setup};
 use serde_json::{Value, json};
 
 on_both!(
     every_permission_code,
     group_full_limit,
+    the_longest_member_lists,
     owner_transfer_admins_and_mutes,
     live_kinds_honour_mutes,
 );
@@ -579,6 +580,85 @@ async fn group_full_limit(b: Backend) {
     assert_eq!(
         s.get(&alice, &format!("/v1/groups/{open}")).await["memberCount"],
         3
+    );
+}
+
+/// A group made and filled with as many users as one creation, one add and one kick may
+/// name, every id as long as ids go: each answers, and each tip lists them all.
+async fn the_longest_member_lists(b: Backend) {
+    let (_db, s) = setup(&b, "group-long-lists", "").await;
+    let alice = s.user("alice").await;
+    // 1,999 users with ids of 64 characters, known from their first request.
+    let users: Vec<User> = (0..1999)
+        .map(|k| {
+            let id = format!("{k:_>64}");
+            User {
+                token: s.deployer_token(&id, None),
+                id,
+            }
+        })
+        .collect();
+    for chunk in users.chunks(50) {
+        futures_util::future::join_all(chunk.iter().map(|u| s.get(u, "/v1/friends"))).await;
+    }
+    let ids: Vec<&str> = users.iter().map(|u| u.id.as_str()).collect();
+    s.expect_error(
+        "POST",
+        "/v1/groups",
+        Some(&alice.token),
+        Some(json!({"name": "Too many at once", "members": &ids[..1001]})),
+        400,
+        "bad_request",
+    )
+    .await;
+    let info = create(&s, &alice, json!({"name": "Long", "members": &ids[..1000]})).await;
+    assert_eq!(info["memberCount"], 1001, "{info}");
+    let cid = id_of(&info);
+    let added = ok(
+        &s,
+        &alice,
+        "POST",
+        &format!("/v1/groups/{cid}/members"),
+        Some(json!({"userIds": &ids[1000..]})),
+    )
+    .await;
+    assert_eq!(
+        added["added"].as_array().map(Vec::len),
+        Some(999),
+        "{added}"
+    );
+    ok(
+        &s,
+        &alice,
+        "POST",
+        &format!("/v1/groups/{cid}/kick"),
+        Some(json!({"userIds": &ids[1899..]})),
+    )
+    .await;
+    assert_eq!(
+        s.get(&alice, &format!("/v1/groups/{cid}")).await["memberCount"],
+        1900
+    );
+
+    let tips: Vec<(String, usize)> = s
+        .pull_all(&users[0], cid)
+        .await
+        .iter()
+        .map(|m| {
+            let listed = ["userIds", "kickedUserIds"]
+                .iter()
+                .find_map(|f| m["payload"][f].as_array())
+                .map_or(0, Vec::len);
+            (tip_event(m), listed)
+        })
+        .collect();
+    assert_eq!(
+        tips,
+        [
+            ("created".to_string(), 1000),
+            ("membersAdded".to_string(), 999),
+            ("kick".to_string(), 100)
+        ],
     );
 }
 

@@ -1,6 +1,9 @@
 //! `group-kick` (content type 8): the tip "X removed Y" in a group's stream. Emitted by the
 //! server when an owner or admin kicks members; stored, does not count toward unread.
 
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, DefaultHasher};
+
 use courier_plugin_sdk::{
     Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
 };
@@ -44,6 +47,7 @@ impl Plugin for GroupKickKind {
                 format!("kickedUserIds must list 1 to {MAX_KICKED} users"),
             ));
         }
+        let mut seen: HashSet<String, BuildHasherDefault<DefaultHasher>> = HashSet::default();
         let mut kicked: Vec<String> = Vec::with_capacity(p.kicked_user_ids.len());
         for id in p.kicked_user_ids {
             check::user_id("kickedUserIds[]", &id)?;
@@ -53,7 +57,7 @@ impl Plugin for GroupKickKind {
                     "the operator cannot kick themselves",
                 ));
             }
-            if !kicked.contains(&id) {
+            if seen.insert(id.clone()) {
                 kicked.push(id);
             }
         }

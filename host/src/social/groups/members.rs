@@ -4,7 +4,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::json;
 
-use super::{GROUP_KICK, GROUP_UPDATE, Locked, denied, group_full};
+use super::{
+    GROUP_KICK, GROUP_UPDATE, Locked, MAX_KICKED, MAX_USERS_PER_CHANGE, denied, group_full,
+};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
 use crate::protocol::Refused;
@@ -88,8 +90,10 @@ impl Core {
         id: i64,
         users: Vec<String>,
     ) -> Result<Vec<String>, Error> {
-        if users.is_empty() || users.len() > 1000 {
-            return Err(Error::bad_request("userIds lists 1 to 1000 users"));
+        if users.is_empty() || users.len() > MAX_USERS_PER_CHANGE {
+            return Err(Error::bad_request(format!(
+                "userIds lists 1 to {MAX_USERS_PER_CHANGE} users"
+            )));
         }
         if let Some(bad) = users.iter().find(|m| !valid_user_id(m)) {
             return Err(Error::bad_request(format!(
@@ -169,8 +173,10 @@ impl Core {
         users: Vec<String>,
         reason: String,
     ) -> Result<Vec<String>, Error> {
-        if users.is_empty() || users.len() > 100 {
-            return Err(Error::bad_request("userIds lists 1 to 100 users"));
+        if users.is_empty() || users.len() > MAX_KICKED {
+            return Err(Error::bad_request(format!(
+                "userIds lists 1 to {MAX_KICKED} users"
+            )));
         }
         if users.iter().any(|u| u == actor) {
             return Err(Error::bad_request("you cannot kick yourself: quit instead"));

@@ -20,6 +20,11 @@ use crate::store::groups::{self as q, Group, Head, Member, append_system, lock_h
 
 const GROUP_KICK: SystemKind = SystemKind::GroupKick;
 const GROUP_UPDATE: SystemKind = SystemKind::GroupUpdate;
+/// The users one creation or one add may name besides the actor: their tip lists them
+/// all, and the `group-update` kind takes up to 2000 ids of 64 characters.
+const MAX_USERS_PER_CHANGE: usize = 1000;
+/// The users one kick may name (the `group-kick` kind's bound).
+const MAX_KICKED: usize = 100;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

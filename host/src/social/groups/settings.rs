@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::{GROUP_UPDATE, GroupPatch, NewGroup, denied, group_full, info, join_policy};
+use super::{
+    GROUP_UPDATE, GroupPatch, MAX_USERS_PER_CHANGE, NewGroup, denied, group_full, info, join_policy,
+};
 use crate::auth::valid_user_id;
 use crate::messaging::Core;
 use crate::protocol::Error;
@@ -41,6 +43,11 @@ impl Core {
         if let Some(bad) = members.iter().find(|m| !valid_user_id(m)) {
             return Err(Error::bad_request(format!(
                 "{bad:?} is not a valid user id"
+            )));
+        }
+        if members.len() > MAX_USERS_PER_CHANGE {
+            return Err(Error::bad_request(format!(
+                "members lists at most {MAX_USERS_PER_CHANGE} users besides you: add more with POST /v1/groups/{{id}}/members"
             )));
         }
         if members.len() + 1 > self.settings.max_group_members as usize {

@@ -111,7 +111,13 @@ async fn join_requests_with_approval(b: Backend) {
         "an ordinary member is not told"
     );
     assert_eq!(my_group(&s, &alice, cid).await["memberCount"], 3);
-    // Asking again updates the pending request.
+    // Asking again, after another asked, updates the pending request and keeps its
+    // place: the list is by when each first asked.
+    let erin_rid = ok(&s, &erin, "POST", &g("/join"), Some(json!({}))).await["requestId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(erin_rid, rid);
     let again = ok(
         &s,
         &dave,
@@ -121,11 +127,6 @@ async fn join_requests_with_approval(b: Backend) {
     )
     .await;
     assert_eq!(again, json!({"state": "pending", "requestId": rid}));
-    let erin_rid = ok(&s, &erin, "POST", &g("/join"), Some(json!({}))).await["requestId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert_ne!(erin_rid, rid);
     let list = s.get(&bob, &g("/join-requests")).await;
     let reqs = list["requests"].as_array().unwrap();
     assert_eq!(reqs.len(), 2, "{list}");

@@ -20,6 +20,7 @@ on_both!(
     visibility_follows_membership,
     a_resend_in_a_group_reaches_no_later_member,
     a_former_members_list_stops_at_their_departure,
+    leaving_ends_a_mute,
     a_group_picture_can_be_removed,
 );
 
@@ -572,4 +573,50 @@ async fn a_group_picture_can_be_removed(b: Backend) {
     // Removed already: nothing changes, no tip.
     ok(&s, &alice, "PATCH", &g, Some(json!({"avatar": ""}))).await;
     assert_eq!(s.pull_all(&bob, cid).await.len(), 2);
+}
+
+/// A member's mute of a group's notices ends when they leave: the entry says so, and a
+/// rejoin starts unmuted.
+async fn leaving_ends_a_mute(b: Backend) {
+    let (_db, s) = setup(&b, "group-mute-leave", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "Mutes", "members": ["bob"], "joinPolicy": "open"}),
+        )
+        .await,
+    );
+    ok(
+        &s,
+        &bob,
+        "PUT",
+        &format!("/v1/conversations/{cid}/notifications"),
+        Some(json!({"muted": true})),
+    )
+    .await;
+    assert_eq!(mute_of(&s, &bob, cid).await, (Some(true), Some(true)));
+    ok(&s, &bob, "POST", &format!("/v1/groups/{cid}/quit"), None).await;
+    assert_eq!(mute_of(&s, &bob, cid).await, (Some(false), Some(false)));
+    ok(
+        &s,
+        &bob,
+        "POST",
+        &format!("/v1/groups/{cid}/join"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(mute_of(&s, &bob, cid).await, (Some(true), Some(false)));
+}
+
+/// `member` and `muted` of the user's entry for a conversation.
+async fn mute_of(
+    s: &common::server::Server,
+    u: &common::server::User,
+    cid: i64,
+) -> (Option<bool>, Option<bool>) {
+    let e = s.get(u, &format!("/v1/conversations/{cid}")).await;
+    (e["member"].as_bool(), e["muted"].as_bool())
 }

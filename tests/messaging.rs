@@ -25,6 +25,7 @@ on_both!(
     bad_input_gets_documented_codes,
     accounts_and_tokens,
     both_first_messages_at_once_make_one_private_conversation,
+    a_resend_naming_another_peer_makes_no_conversation,
     after_a_restart_sends_by_peer_and_by_conversation_keep_their_order,
     a_new_conversation_named_by_peer_then_by_id_keeps_the_order_sent,
     a_silent_device_is_dropped_and_a_pinging_one_stays,
@@ -480,6 +481,110 @@ async fn live_kinds_are_pushed_and_never_stored(b: Backend) {
 /// A client that writes many frames at once (the server reads them in rounds) gets one
 /// answer per frame, in the order of its frames, and its peer gets every signal once, in
 /// order.
+/// The answers to the frames of these ids, in whatever order they come (sends to
+/// different conversations may be answered out of the order sent).
+async fn answers<const N: usize>(ws: &mut Ws, ids: [&str; N]) -> [Value; N] {
+    let mut got: [Value; N] = std::array::from_fn(|_| Value::Null);
+    while got.iter().any(Value::is_null) {
+        let f = ws.next().await.expect("closed while waiting for answers");
+        if let Some(at) = ids.iter().position(|id| f["id"] == *id) {
+            got[at] = f;
+        }
+    }
+    got
+}
+
+/// A resend is answered with the message its `clientMsgId` stored, whatever peer it names:
+/// it makes no conversation with another peer, alone or together with its original; a key
+/// whose first send was refused is free for the next.
+async fn a_resend_naming_another_peer_makes_no_conversation(b: Backend) {
+    let (_db, s) = setup(&b, "resend-other-peer", "").await;
+    let alice = s.user("alice").await;
+    s.user("bob").await;
+    let carol = s.user("carol").await;
+    let dave = s.user("dave").await;
+    let mut a = s.connect(&alice, "phone").await;
+    let first = send_ok(&mut a, text("r1", "k-1", peer("bob"), "to bob")).await;
+    let again = send_ok(&mut a, text("r2", "k-1", peer("carol"), "to carol")).await;
+    assert_eq!(
+        (
+            &again["conversationId"],
+            &again["seq"],
+            again["duplicate"].as_bool()
+        ),
+        (&first["conversationId"], &first["seq"], Some(true)),
+        "{again}"
+    );
+    let list = s.get(&carol, "/v1/conversations").await;
+    assert_eq!(list["conversations"], json!([]), "{list}");
+    let typing = json!({"type": "send", "id": "t1", "clientMsgId": "t-1", "conversationType": 1,
+        "peerId": "carol", "contentType": 5, "payload": {"state": "typing"}});
+    assert_eq!(
+        send_err(&mut a, typing).await["code"],
+        "conversation_not_found"
+    );
+
+    // Together: one batch when one committer takes them at once; on PostgreSQL two
+    // conversations may be two committers', and either send may be stored first. One is
+    // stored, the other is its resend, and no conversation is left empty.
+    a.send_together(&[
+        text("r3", "k-2", peer("bob"), "to bob again"),
+        text("r4", "k-2", peer("dave"), "to dave"),
+    ])
+    .await;
+    let answers_2 = answers(&mut a, ["r3", "r4"]).await;
+    let [stored, resend] = match answers_2[0]["duplicate"].as_bool() {
+        Some(false) => [&answers_2[0], &answers_2[1]],
+        _ => [&answers_2[1], &answers_2[0]],
+    };
+    assert_eq!(
+        (stored["duplicate"].as_bool(), resend["duplicate"].as_bool()),
+        (Some(false), Some(true)),
+        "{answers_2:?}"
+    );
+    assert_eq!(
+        resend["conversationId"], stored["conversationId"],
+        "{answers_2:?}"
+    );
+    // A key refused (no such user) stores a later send that names it.
+    a.send_together(&[
+        text("r5", "k-3", peer("nobody"), "to nobody"),
+        text("r6", "k-3", peer("carol"), "to carol"),
+    ])
+    .await;
+    let [refused, stored] = answers(&mut a, ["r5", "r6"]).await;
+    assert_eq!(
+        (
+            stored["type"].as_str(),
+            stored["seq"].as_i64(),
+            stored["duplicate"].as_bool()
+        ),
+        (Some("ack"), Some(1), Some(false)),
+        "{stored}"
+    );
+    // Refused, or (stored after it by another committer) its resend.
+    assert!(
+        refused["code"] == "user_not_found"
+            || (refused["duplicate"] == true && refused["msgId"] == stored["msgId"]),
+        "{refused}"
+    );
+    let list = s.get(&carol, "/v1/conversations").await;
+    assert_eq!(
+        list["conversations"][0]["lastMessage"]["payload"]["text"], "to carol",
+        "{list}"
+    );
+    for u in [&carol, &dave] {
+        let list = s.get(u, "/v1/conversations").await;
+        for c in list["conversations"].as_array().unwrap() {
+            assert!(
+                c["lastSeq"].as_i64() > Some(0),
+                "{}: an empty conversation: {c}",
+                u.id
+            );
+        }
+    }
+}
+
 async fn frames_sent_together_are_each_answered_once_in_order(b: Backend) {
     let (_db, s) = setup(&b, "together", "").await;
     let alice = s.user("alice").await;
@@ -770,6 +875,8 @@ async fn bad_input_gets_documented_codes(b: Backend) {
         ("{not json".into(), None, "bad_frame"),
         ("[1,2]".into(), None, "bad_frame"),
         (json!({"id": "n1"}).to_string(), Some("n1"), "bad_frame"),
+        (json!({"type": 5, "id": "n2"}).to_string(), Some("n2"), "bad_frame"),
+        (json!({"type": ["send"], "id": "n3"}).to_string(), Some("n3"), "bad_frame"),
         (json!({"type": "subscribe", "id": "u1"}).to_string(), Some("u1"), "unknown_frame_type"),
         (json!({"type": "send", "id": "s1", "conversationType": 1}).to_string(), Some("s1"), "bad_frame"),
         ("x".repeat(5000), None, "frame_too_large"),
@@ -1282,6 +1389,52 @@ async fn http_send_and_pull_paging(b: Backend) {
         (again["msgId"].clone(), again["duplicate"].as_bool()),
         (ack["msgId"].clone(), Some(true))
     );
+    // The HTTP body is the frame without `type` and `id`; each is a field it does not
+    // take, named. So is any field of an endpoint that takes no body, and anything but
+    // JSON; nothing and `{}` are no body.
+    for field in ["type", "id"] {
+        let mut with = body("h-frame", conv(cid));
+        with[field] = "send".into();
+        let err = s
+            .expect_error(
+                "POST",
+                "/v1/messages",
+                Some(&alice.token),
+                Some(with),
+                400,
+                "bad_request",
+            )
+            .await;
+        let said = err["error"]["message"].as_str().unwrap();
+        assert!(said.contains(&format!("`{field}`")), "{err}");
+    }
+    for (method, path, sent, named) in [
+        ("PUT", "/v1/blocks/dora", r#"{"bogus":1}"#, Some("`bogus`")),
+        ("POST", "/v1/auth/revoke-all", "garbage", None),
+        ("POST", "/v1/auth/logout", "[1,2]", None),
+    ] {
+        let (st, err) = s.http_raw(method, path, Some(&alice.token), sent).await;
+        assert_eq!(
+            (st, err["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{path}: {err}"
+        );
+        if let Some(named) = named {
+            assert!(
+                err["error"]["message"].as_str().unwrap().contains(named),
+                "{err}"
+            );
+        }
+    }
+    s.user("dora").await;
+    for (method, sent) in [("PUT", "{}"), ("DELETE", ""), ("PUT", "")] {
+        let (st, got) = s
+            .http_raw(method, "/v1/blocks/dora", Some(&alice.token), sent)
+            .await;
+        assert_eq!(st, 200, "{method} {sent:?}: {got}");
+    }
+    // The refused logout did not log out.
+    s.get(&alice, "/v1/conversations").await;
     for i in 1..120 {
         let (st, _) = s
             .http(

@@ -1,4 +1,4 @@
-"""`poll` (content type 1001): a question with 2-10 options, written in Python.
+"""`example-poll` (content type 1001): a question with 2-10 options, written in Python.
 
 Built with componentize-py against Courier's WIT contract (wit/v1); see build.sh.
 """

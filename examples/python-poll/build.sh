@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds poll.wasm from app.py with componentize-py (pip install componentize-py).
+# Builds poll.wasm from app.py with componentize-py (pip install componentize-py==0.25.1).
 set -euo pipefail
 cd "$(dirname "$0")"
 mkdir -p build

@@ -146,6 +146,24 @@ pub fn user_id(field: &str, value: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// User ids ([`user_id`] each, `field` naming the list), in order, without duplicates.
+/// Duplicates go through a hash set with fixed keys (deterministic): a scan per id, or an
+/// ordered set comparing ids with a long common prefix byte by byte, costs thousands of
+/// ids more than a call's fuel.
+pub fn user_ids(field: &str, ids: Vec<String>) -> Result<Vec<String>, Rejection> {
+    use std::collections::HashSet;
+    use std::hash::{BuildHasherDefault, DefaultHasher};
+    let mut seen: HashSet<String, BuildHasherDefault<DefaultHasher>> = HashSet::default();
+    let mut kept = Vec::with_capacity(ids.len());
+    for id in ids {
+        user_id(field, &id)?;
+        if seen.insert(id.clone()) {
+            kept.push(id);
+        }
+    }
+    Ok(kept)
+}
+
 /// Whether `value` is a device id: 1..=64 characters of `[A-Za-z0-9_.:-]`, but not `.` or
 /// `..` (path segments that clients rewrite). The server takes devices by this rule.
 pub fn is_device_id(value: &str) -> bool {
@@ -253,6 +271,16 @@ mod tests {
         for bad in ["", "a b", "bob+1", "é", &"x".repeat(65)] {
             assert_eq!(code(user_id("u", bad)), "bad_id", "{bad}");
         }
+    }
+
+    #[test]
+    fn user_id_lists_keep_the_first_of_each_in_order() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            user_ids("u[]", ids(&["b", "a", "b", "c", "a"])).unwrap(),
+            ids(&["b", "a", "c"])
+        );
+        assert_eq!(code(user_ids("u[]", ids(&["a", "a b"]))), "bad_id");
     }
 
     #[test]

@@ -191,6 +191,7 @@ pub async fn login(
 pub async fn logout(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
+    _: super::NoBody,
 ) -> Result<Json<LogoutAnswer>, Error> {
     s.core.revoke_token(&session).await?;
     Ok(Json(LogoutAnswer {
@@ -206,6 +207,7 @@ pub async fn logout(
 pub async fn revoke_all(
     State(s): State<AppState>,
     Authenticated(session): Authenticated,
+    _: super::NoBody,
 ) -> Result<Json<RevokeAnswer>, Error> {
     let tokens_valid_from = s.core.revoke_all_tokens(&session.user_id).await?;
     Ok(Json(RevokeAnswer {
@@ -303,6 +305,7 @@ pub async fn admin_revoke_all(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    _: super::NoBody,
 ) -> Result<Json<RevokeAnswer>, Error> {
     require_admin(&s, &headers)?;
     let user = user_path(path)?;
@@ -325,6 +328,7 @@ pub async fn admin_delete(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let user = user_path(path)?;

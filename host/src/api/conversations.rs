@@ -28,6 +28,7 @@ pub async fn send(
     User(user): User,
     Body(req): Body<SendFrame>,
 ) -> Result<Json<SendAnswer>, Error> {
+    super::no_frame_fields(req._kind.as_deref(), req.id.as_deref())?;
     let core = s.core.clone();
     let prepared = tokio::task::spawn_blocking({
         let core = core.clone();

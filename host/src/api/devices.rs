@@ -74,6 +74,7 @@ pub async fn remove(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<schema::DeviceRemoved>, Error> {
     let device_id = device_id(path)?;
     s.core.remove_device(&user, &device_id).await?;
@@ -129,6 +130,7 @@ pub async fn clear_push(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<schema::PushToken>, Error> {
     let device_id = device_id(path)?;
     s.core.set_push_token(&user, &device_id, None).await?;

@@ -74,6 +74,7 @@ pub async fn send(
     User(user): User,
     Body(b): Body<DeviceSendFrame>,
 ) -> Result<Json<DeviceSendAck>, Error> {
+    super::no_frame_fields(b._kind.as_deref(), b.id.as_deref())?;
     let device = match b.device_id.clone() {
         Some(d) if valid_device_id(&d) => d,
         Some(d) => {

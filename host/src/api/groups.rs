@@ -218,6 +218,7 @@ pub async fn quit(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
+    _: super::NoBody,
 ) -> Result<Json<schema::QuitAnswer>, Error> {
     let id = group_id(path)?;
     s.core.quit(&user, id).await?;
@@ -233,6 +234,7 @@ pub async fn dissolve(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
+    _: super::NoBody,
 ) -> Result<Json<schema::DissolveAnswer>, Error> {
     let id = group_id(path)?;
     s.core.dissolve(&user, id).await?;
@@ -268,6 +270,7 @@ pub async fn make_admin(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.set_admin(&user, id, &other, true).await?))
@@ -279,6 +282,7 @@ pub async fn unmake_admin(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.set_admin(&user, id, &other, false).await?))
@@ -366,6 +370,7 @@ pub async fn approve(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.decide_join(&user, id, &other, true).await?))
@@ -377,6 +382,7 @@ pub async fn reject(
     State(s): State<AppState>,
     User(user): User,
     path: IdUserPath,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     let (id, other) = id_user(path)?;
     Ok(Json(s.core.decide_join(&user, id, &other, false).await?))

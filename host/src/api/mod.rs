@@ -366,6 +366,37 @@ impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<AppState> for Bo
     }
 }
 
+/// The body of an endpoint that takes none: nothing, or `{}`. A field is `400
+/// bad_request` naming it, and anything but JSON too, as on every endpoint
+/// (docs/protocol.md, Conventions).
+pub struct NoBody;
+
+impl axum::extract::FromRequest<AppState> for NoBody {
+    type Rejection = Error;
+
+    async fn from_request(req: axum::extract::Request, s: &AppState) -> Result<NoBody, Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Empty {}
+        read_json::<Option<Empty>>(req, s.core.settings.max_frame_bytes)
+            .await
+            .map(|_| NoBody)
+    }
+}
+
+/// Refuses the fields of a WebSocket frame that the HTTP body of the same request does not
+/// take (`type`, `id`), naming them as an unknown field is named.
+pub fn no_frame_fields(kind: Option<&str>, id: Option<&str>) -> Result<(), Error> {
+    for (field, there) in [("type", kind.is_some()), ("id", id.is_some())] {
+        if there {
+            return Err(Error::bad_request(format!(
+                "bad request body: unknown field `{field}` (a WebSocket frame's, not the HTTP body's)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Largest body of an `/admin/*` request.
 const ADMIN_BODY_LIMIT: usize = 2 * 1024 * 1024;
 
@@ -412,7 +443,10 @@ async fn read_json<T: serde::de::DeserializeOwned>(
         })?;
     // No body reads as `null`: an optional body (`Body<Option<T>>`) may be left out.
     let text: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
-    serde_json::from_slice(text).map_err(|e| Error::bad_request(format!("bad request body: {e}")))
+    serde_json::from_slice(text).map_err(|e| match bytes.is_empty() {
+        true => Error::bad_request("the request needs a JSON body"),
+        false => Error::bad_request(format!("bad request body: {e}")),
+    })
 }
 
 /// Whether `E` is somewhere in the chain of `e`'s sources.
@@ -466,6 +500,7 @@ async fn enable(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    _: NoBody,
 ) -> Result<Json<Value>, Error> {
     switch(s, headers, plugin_name(path)?, true)
 }
@@ -477,6 +512,7 @@ async fn disable(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    _: NoBody,
 ) -> Result<Json<Value>, Error> {
     switch(s, headers, plugin_name(path)?, false)
 }
@@ -498,7 +534,11 @@ fn switch(s: AppState, headers: HeaderMap, name: String, on: bool) -> Result<Jso
 
 #[utoipa::path(post, path = "/admin/plugins/reload", tag = "admin", security(("adminToken" = [])),
     responses((status = 200, body = schema::PluginList)))]
-async fn reload(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Error> {
+async fn reload(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    _: NoBody,
+) -> Result<Json<Value>, Error> {
     require_admin(&s, &headers)?;
     let state = s.clone();
     // The reload's log lines carry the request's id.
@@ -520,6 +560,7 @@ async fn reset_stream(
     State(s): State<AppState>,
     headers: HeaderMap,
     path: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    _: NoBody,
 ) -> Result<Json<schema::StreamReset>, Error> {
     require_admin(&s, &headers)?;
     let user = path

@@ -126,6 +126,7 @@ pub async fn accept(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     decide(s, user, path, Decision::Accept).await
 }
@@ -136,6 +137,7 @@ pub async fn reject(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     decide(s, user, path, Decision::Reject).await
 }
@@ -146,6 +148,7 @@ pub async fn cancel(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<Value>, Error> {
     decide(s, user, path, Decision::Cancel).await
 }
@@ -217,6 +220,7 @@ pub async fn remove_friend(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<schema::Removed>, Error> {
     let other = segment(path)?;
     s.core.remove_friend(&user, &other).await?;
@@ -250,6 +254,7 @@ pub async fn block(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<schema::BlockAnswer>, Error> {
     let other = segment(path)?;
     s.core.set_block(&user, &other, true).await?;
@@ -265,6 +270,7 @@ pub async fn unblock(
     State(s): State<AppState>,
     User(user): User,
     path: Segment,
+    _: super::NoBody,
 ) -> Result<Json<schema::BlockAnswer>, Error> {
     let other = segment(path)?;
     s.core.set_block(&user, &other, false).await?;

@@ -679,12 +679,38 @@ impl Config {
                 s.request_timeout_secs == 0,
             ),
         ])?;
-        if self.auth.hash_queue_secs == 0 {
-            return Err(ConfigError::Check(
-                "auth.hash_queue_secs must be positive".into(),
-            ));
-        }
+        refuse_failing(&[
+            (
+                "auth.hash_queue_secs must be positive",
+                self.auth.hash_queue_secs == 0,
+            ),
+            (
+                "auth.token_ttl_secs must be positive",
+                self.auth.token_ttl_secs == 0,
+            ),
+            (
+                "messaging.max_group_members must be positive",
+                self.messaging.max_group_members == 0,
+            ),
+            (
+                "storage.url names no SQLite file (sqlite://FILE)",
+                self.storage
+                    .url
+                    .strip_prefix("sqlite:")
+                    .is_some_and(|rest| {
+                        rest.trim_start_matches('/')
+                            .split('?')
+                            .next()
+                            .is_none_or(str::is_empty)
+                    }),
+            ),
+        ])?;
         for (name, entry) in &self.plugins {
+            if entry.fuel_per_call.is_some_and(|f| f < 10_000) {
+                return Err(ConfigError::Check(format!(
+                    "plugins.{name}.fuel_per_call must be at least 10000"
+                )));
+            }
             if let Some(pin) = &entry.sha256
                 && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
             {
@@ -831,6 +857,43 @@ mod tests {
         );
         assert!(err.contains("gateway.send_burst must be positive"), "{err}");
         assert!(!err.contains("heartbeat_secs"), "{err}");
+    }
+
+    #[test]
+    fn settings_that_would_break_every_request_are_refused() {
+        for (toml, refusal) in [
+            (
+                "[storage]\nurl = \"sqlite://\"\n",
+                "storage.url names no SQLite file",
+            ),
+            (
+                "[storage]\nurl = \"sqlite://?mode=rwc\"\n",
+                "storage.url names no SQLite file",
+            ),
+            (
+                "[auth]\ntoken_ttl_secs = 0\n",
+                "auth.token_ttl_secs must be positive",
+            ),
+            (
+                "[messaging]\nmax_group_members = 0\n",
+                "messaging.max_group_members must be positive",
+            ),
+            (
+                "[plugins.text]\nfuel_per_call = 9999\n",
+                "plugins.text.fuel_per_call must be at least 10000",
+            ),
+        ] {
+            let err = Config::from_toml(toml).unwrap_err().to_string();
+            assert!(err.contains(refusal), "{toml}: {err}");
+        }
+        for url in [
+            "sqlite://data/c.db",
+            "sqlite:c.db",
+            "sqlite:///tmp/c.db?mode=rwc",
+        ] {
+            Config::from_toml(&format!("[storage]\nurl = \"{url}\"\n")).unwrap();
+        }
+        Config::from_toml("[plugins.text]\nfuel_per_call = 10000\n").unwrap();
     }
 
     #[test]

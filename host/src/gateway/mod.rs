@@ -85,15 +85,20 @@ pub async fn upgrade(
         .ok_or_else(Error::unauthorized)?;
     let core = gateway.core.clone();
     let session = core.authenticate(&token).await?;
-    let device_id = q
-        .device_id
-        .filter(|d| crate::auth::valid_device_id(d))
-        .ok_or_else(|| {
-            Error::bad_request(format!(
-                "deviceId ({}) is required",
-                crate::auth::DEVICE_ID_RULE
-            ))
-        })?;
+    let device_id = match q.device_id {
+        Some(d) if crate::auth::valid_device_id(&d) => d,
+        given => {
+            return Err(Error::bad_request(format!(
+                "deviceId ({}) is {}",
+                crate::auth::DEVICE_ID_RULE,
+                if given.is_some() {
+                    "not valid"
+                } else {
+                    "required"
+                }
+            )));
+        }
+    };
     let labels = [q.device_name.as_deref(), q.platform.as_deref()];
     if labels
         .iter()
@@ -640,10 +645,12 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Ok(p) => p,
         Err(e) => {
             telemetry::frame_in("invalid");
-            return reply_err(
-                None,
-                Error::new(Code::BadFrame, format!("not a JSON object: {e}")),
-            );
+            let why = match e.is_data() {
+                // JSON, but not an object (every object reads as a `Peek`).
+                true => "a frame is a JSON object".to_string(),
+                false => format!("not JSON: {e}"),
+            };
+            return reply_err(None, Error::new(Code::BadFrame, why));
         }
     };
     let id = match &peek.id {
@@ -657,7 +664,15 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             );
         }
     };
-    telemetry::frame_in(match peek.kind.as_deref() {
+    let kind = match &peek.kind {
+        Some(serde_json::Value::String(k)) => Some(k.as_str()),
+        None | Some(serde_json::Value::Null) => None,
+        Some(_) => {
+            telemetry::frame_in("invalid");
+            return reply_err(id, Error::new(Code::BadFrame, "type must be a string"));
+        }
+    };
+    telemetry::frame_in(match kind {
         Some("send") => "send",
         Some("read") => "read",
         Some("received") => "received",
@@ -667,7 +682,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Some(_) => "unknown",
         None => "invalid",
     });
-    match peek.kind.as_deref() {
+    match kind {
         Some("send") => {
             if !bucket.take() {
                 return reply_err(id, rate_limited(core));

@@ -302,39 +302,105 @@ impl Targets {
         by_peer
     }
 
+    /// For each `clientMsgId` a batch sends by peer and has not `stored` already, the
+    /// peers its sends name, as `(peer, sender)`, in the order of its sends: only the
+    /// first of them not refused is stored to, and the later ones are resends of it, which
+    /// make nothing (naming another peer must not make that conversation). A send of the
+    /// key by conversation id ends its list: that conversation exists.
+    fn creatable(
+        ops: &[Op],
+        stored: &HashMap<(String, String), (Arc<Stored>, bool)>,
+    ) -> Vec<Vec<(String, String)>> {
+        let mut keys: HashMap<(&str, &str), usize> = HashMap::new();
+        // Per key: its peers, and whether a send by conversation id ended the list.
+        let mut lists: Vec<(Vec<(String, String)>, bool)> = Vec::new();
+        for op in ops {
+            let Op::Send(m) = op else { continue };
+            let key = (m.sender_id.as_str(), m.client_msg_id.as_str());
+            let at = match keys.get(&key) {
+                Some(at) => *at,
+                None => {
+                    let resend = !stored.is_empty()
+                        && stored.contains_key(&(key.0.to_string(), key.1.to_string()));
+                    lists.push((Vec::new(), resend));
+                    keys.insert(key, lists.len() - 1);
+                    lists.len() - 1
+                }
+            };
+            let (list, ended) = &mut lists[at];
+            match &m.target {
+                _ if *ended => {}
+                Target::Conversation(_) => *ended = true,
+                Target::Peer(p) if p != &m.sender_id => list.push((p.clone(), m.sender_id.clone())),
+                Target::Peer(_) => {}
+            }
+        }
+        lists
+            .into_iter()
+            .map(|(list, _)| list)
+            .filter(|list| !list.is_empty())
+            .collect()
+    }
+
     /// Private conversations named by peer: those `found` by the batch's first statement;
-    /// a first message creates its conversation unless the peer blocks the sender (then it
-    /// creates nothing). With what was created (`Created`: on PostgreSQL the new heads
-    /// and members).
+    /// the first message of a key (`creatable`) creates its conversation unless the peer
+    /// blocks the sender or does not exist (then it creates nothing, and the key's next
+    /// peer is tried). With what was created (`Created`: on PostgreSQL the new heads and
+    /// members).
     async fn resolve(
         d: Dialect,
         conn: &mut AnyConnection,
-        by_peer: Vec<(String, String)>,
+        keys: Vec<Vec<(String, String)>>,
         mut by_pair: HashMap<Pair, i64>,
         now: i64,
     ) -> Result<(Targets, Created), BatchError> {
-        let first: Vec<(String, String)> = by_peer
-            .into_iter()
-            .filter(|(p, s)| !by_pair.contains_key(&pair(s, p)))
-            .collect();
-        // The creation locks of the pairs first (`creation_locks`), with the blocks: the
-        // statements that read which users exist and create the pairs follow them.
-        let blocked_by_peer = match first.is_empty() {
-            true => HashSet::new(),
-            false => {
-                let pairs: Vec<Pair> = first.iter().map(|(p, s)| pair(s, p)).collect();
-                blocked_pairs_locking(d, conn, &first, &creation_locks(&pairs)).await?
+        let mut blocked_by_peer = HashSet::new();
+        let mut created = Created::default();
+        // Per key, the peer its first send not yet refused names.
+        let mut at = vec![0usize; keys.len()];
+        // Pairs a round asked for and did not get: the peer does not exist.
+        let mut missing: HashSet<Pair> = HashSet::new();
+        loop {
+            let mut first: Vec<(String, String)> = Vec::new();
+            for (list, at) in keys.iter().zip(at.iter_mut()) {
+                while let Some((peer, sender)) = list.get(*at) {
+                    let p = pair(sender, peer);
+                    if by_pair.contains_key(&p) {
+                        break;
+                    }
+                    if missing.contains(&p)
+                        || blocked_by_peer.contains(&(peer.clone(), sender.clone()))
+                    {
+                        *at += 1;
+                        continue;
+                    }
+                    first.push((peer.clone(), sender.clone()));
+                    break;
+                }
             }
-        };
-        let mut create: Vec<Pair> = first
-            .iter()
-            .filter(|p| !blocked_by_peer.contains(*p))
-            .map(|(p, s)| pair(s, p))
-            .collect();
-        create.sort();
-        create.dedup();
-        let mut created = create_pairs(d, conn, &create, now).await?;
-        by_pair.extend(created.ids.drain());
+            if first.is_empty() {
+                break;
+            }
+            first.sort();
+            first.dedup();
+            // The creation locks of the pairs first (`creation_locks`), with the blocks:
+            // the statements that read which users exist and create the pairs follow them.
+            let pairs: Vec<Pair> = first.iter().map(|(p, s)| pair(s, p)).collect();
+            let blocked = blocked_pairs_locking(d, conn, &first, &creation_locks(&pairs)).await?;
+            let mut create: Vec<Pair> = first
+                .iter()
+                .filter(|p| !blocked.contains(*p))
+                .map(|(p, s)| pair(s, p))
+                .collect();
+            blocked_by_peer.extend(blocked);
+            create.sort();
+            create.dedup();
+            let mut made = create_pairs(d, conn, &create, now).await?;
+            missing.extend(create.into_iter().filter(|p| !made.ids.contains_key(p)));
+            by_pair.extend(made.ids.drain());
+            created.heads.extend(made.heads);
+            created.members.extend(made.members);
+        }
         let targets = Targets {
             by_pair,
             blocked_by_peer,
@@ -392,8 +458,15 @@ async fn lock_touched(
         })
         .collect();
     let mut found = lock_first(d, conn, opening, &ids, &pairs, &keys).await?;
-    let (targets, created) =
-        Targets::resolve(d, conn, by_peer, std::mem::take(&mut found.pairs), ctx.now).await?;
+    let creatable = Targets::creatable(ops, &found.stored);
+    let (targets, created) = Targets::resolve(
+        d,
+        conn,
+        creatable,
+        std::mem::take(&mut found.pairs),
+        ctx.now,
+    )
+    .await?;
     found.heads.extend(created.heads);
     found.members.extend(created.members);
     // Conversations created by a first message (SQLite: read like the others), and those

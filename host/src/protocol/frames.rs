@@ -370,8 +370,10 @@ pub fn kicked(reason: &str, message: &str) -> Utf8Bytes {
 /// The fields every client frame may carry; the rest is read per type.
 #[derive(Deserialize)]
 pub struct Peek {
+    /// A string for a frame of a type (any other value is read, so the frame's `id` is
+    /// still answered).
     #[serde(rename = "type")]
-    pub kind: Option<String>,
+    pub kind: Option<serde_json::Value>,
     pub id: Option<serde_json::Value>,
 }
 

@@ -638,7 +638,7 @@ pub async fn pending_join_requests_in(
 ) -> sqlx::Result<Vec<JoinRequest>> {
     sqlx::query(
         "SELECT request_id, user_id, message, state, created_at FROM group_join_requests \
-         WHERE conversation_id = $1 AND state = 0 ORDER BY updated_at, user_id",
+         WHERE conversation_id = $1 AND state = 0 ORDER BY created_at, user_id",
     )
     .bind(conversation_id)
     .fetch_all(conn)

@@ -431,7 +431,8 @@ impl Store {
                 last_time: row.try_get(3)?,
                 last_message,
                 member: left_at.is_none(),
-                muted: row.try_get::<i64, _>(18)? != 0,
+                // Leaving ends a mute (a rejoin starts unmuted).
+                muted: left_at.is_none() && row.try_get::<i64, _>(18)? != 0,
             });
         }
         let recalled = self.recalled_counts(&ranges).await?;

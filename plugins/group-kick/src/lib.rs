@@ -1,9 +1,6 @@
 //! `group-kick` (content type 8): the tip "X removed Y" in a group's stream. Emitted by the
 //! server when an owner or admin kicks members; stored, does not count toward unread.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, DefaultHasher};
-
 use courier_plugin_sdk::{
     Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
 };
@@ -47,19 +44,12 @@ impl Plugin for GroupKickKind {
                 format!("kickedUserIds must list 1 to {MAX_KICKED} users"),
             ));
         }
-        let mut seen: HashSet<String, BuildHasherDefault<DefaultHasher>> = HashSet::default();
-        let mut kicked: Vec<String> = Vec::with_capacity(p.kicked_user_ids.len());
-        for id in p.kicked_user_ids {
-            check::user_id("kickedUserIds[]", &id)?;
-            if id == p.operator_id {
-                return Err(Rejection::new(
-                    "self_kick",
-                    "the operator cannot kick themselves",
-                ));
-            }
-            if seen.insert(id.clone()) {
-                kicked.push(id);
-            }
+        let kicked = check::user_ids("kickedUserIds[]", p.kicked_user_ids)?;
+        if kicked.contains(&p.operator_id) {
+            return Err(Rejection::new(
+                "self_kick",
+                "the operator cannot kick themselves",
+            ));
         }
         let reason = check::optional_text("reason", &p.reason, 200)?;
         Ok(GroupKick {

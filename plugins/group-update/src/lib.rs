@@ -3,9 +3,6 @@
 //! ("X added Y", "Y left", "X dissolved the group"). Emitted by the server; stored, does
 //! not count toward unread.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, DefaultHasher};
-
 use courier_plugin_sdk::{
     Context, Delivery, Example, Manifest, Plugin, Rejection, Sender, check, export_plugin,
 };
@@ -104,17 +101,7 @@ impl Plugin for GroupUpdateKind {
                 format!("userIds lists at most {MAX_USERS} users"),
             ));
         }
-        // Duplicates dropped through a hash set with fixed keys (deterministic): a scan per
-        // id, or an ordered set's comparisons of ids with a long common prefix, cost 2000
-        // ids of 64 characters more than a call's fuel.
-        let mut seen: HashSet<String, BuildHasherDefault<DefaultHasher>> = HashSet::default();
-        let mut user_ids: Vec<String> = Vec::with_capacity(p.user_ids.len());
-        for id in p.user_ids {
-            check::user_id("userIds[]", &id)?;
-            if seen.insert(id.clone()) {
-                user_ids.push(id);
-            }
-        }
+        let user_ids = check::user_ids("userIds[]", p.user_ids)?;
         match p.event {
             Some(e) if e.needs_users() && user_ids.is_empty() => {
                 return Err(Rejection::new(

@@ -50,13 +50,7 @@ impl Plugin for TextKind {
                 "mentions are for groups and channels",
             ));
         }
-        let mut mentions = Vec::with_capacity(p.mentions.len());
-        for m in p.mentions {
-            check::user_id("mentions[]", &m)?;
-            if !mentions.contains(&m) {
-                mentions.push(m);
-            }
-        }
+        let mentions = check::user_ids("mentions[]", p.mentions)?;
         Ok(Text { text, mentions })
     }
 

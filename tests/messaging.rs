@@ -874,6 +874,8 @@ async fn bad_input_gets_documented_codes(b: Backend) {
     let cases: Vec<(String, Option<&str>, &str)> = vec![
         ("{not json".into(), None, "bad_frame"),
         ("[1,2]".into(), None, "bad_frame"),
+        // A frame is an object, not an array of a frame's fields.
+        (r#"["ping","p"]"#.into(), None, "bad_frame"),
         (json!({"id": "n1"}).to_string(), Some("n1"), "bad_frame"),
         (json!({"type": 5, "id": "n2"}).to_string(), Some("n2"), "bad_frame"),
         (json!({"type": ["send"], "id": "n3"}).to_string(), Some("n3"), "bad_frame"),
@@ -1412,6 +1414,14 @@ async fn http_send_and_pull_paging(b: Backend) {
         ("PUT", "/v1/blocks/dora", r#"{"bogus":1}"#, Some("`bogus`")),
         ("POST", "/v1/auth/revoke-all", "garbage", None),
         ("POST", "/v1/auth/logout", "[1,2]", None),
+        ("POST", "/v1/auth/logout", "[]", None),
+        ("POST", "/v1/auth/logout", "null", None),
+        (
+            "POST",
+            "/v1/messages",
+            r#"["h-array",1,null,"bob",1,{"text":"an array"}]"#,
+            None,
+        ),
     ] {
         let (st, err) = s.http_raw(method, path, Some(&alice.token), sent).await;
         assert_eq!(

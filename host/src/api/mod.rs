@@ -375,12 +375,21 @@ impl axum::extract::FromRequest<AppState> for NoBody {
     type Rejection = Error;
 
     async fn from_request(req: axum::extract::Request, s: &AppState) -> Result<NoBody, Error> {
-        #[derive(serde::Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Empty {}
-        read_json::<Option<Empty>>(req, s.core.settings.max_frame_bytes)
-            .await
-            .map(|_| NoBody)
+        let bytes = read_body(req, s.core.settings.max_frame_bytes).await?;
+        if bytes.trim_ascii().is_empty() {
+            return Ok(NoBody);
+        }
+        match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes) {
+            Ok(fields) => match fields.keys().next() {
+                None => Ok(NoBody),
+                Some(field) => Err(Error::bad_request(format!(
+                    "bad request body: unknown field `{field}`: this endpoint takes no body"
+                ))),
+            },
+            Err(_) => Err(Error::bad_request(
+                "this endpoint takes no body (nothing, or {})",
+            )),
+        }
     }
 }
 
@@ -410,6 +419,21 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     req: axum::extract::Request,
     limit: usize,
 ) -> Result<T, Error> {
+    let bytes = read_body(req, limit).await?;
+    // A body is an object: serde would also read a struct from an array of its fields.
+    if bytes.trim_ascii_start().starts_with(b"[") {
+        return Err(Error::bad_request("the request body is a JSON object"));
+    }
+    // No body reads as `null`: an optional body (`Body<Option<T>>`) may be left out.
+    let text: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+    serde_json::from_slice(text).map_err(|e| match bytes.is_empty() {
+        true => Error::bad_request("the request needs a JSON body"),
+        false => Error::bad_request(format!("bad request body: {e}")),
+    })
+}
+
+/// The body of a request, at most `limit` bytes (see `read_json`).
+async fn read_body(req: axum::extract::Request, limit: usize) -> Result<axum::body::Bytes, Error> {
     let too_large = || {
         Error::new(
             Code::RequestTooLarge,
@@ -441,12 +465,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
                 Error::bad_request(format!("cannot read the request body: {e}"))
             }
         })?;
-    // No body reads as `null`: an optional body (`Body<Option<T>>`) may be left out.
-    let text: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
-    serde_json::from_slice(text).map_err(|e| match bytes.is_empty() {
-        true => Error::bad_request("the request needs a JSON body"),
-        false => Error::bad_request(format!("bad request body: {e}")),
-    })
+    Ok(bytes)
 }
 
 /// Whether `E` is somewhere in the chain of `e`'s sources.

@@ -626,6 +626,16 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             ),
         );
     }
+    // A frame is a JSON object: serde would also read a frame's struct from an array of
+    // its fields.
+    if !text.trim_start().starts_with('{') {
+        telemetry::frame_in("invalid");
+        let why = match serde_json::from_str::<serde::de::IgnoredAny>(text) {
+            Ok(_) => "a frame is a JSON object".to_string(),
+            Err(e) => format!("not JSON: {e}"),
+        };
+        return reply_err(None, Error::new(Code::BadFrame, why));
+    }
     // The commonest frame, a well-formed send, is read once. Any other frame, or a send
     // that does not read, takes the general path below, with the answers it gives (a
     // frame without the string "send" in it, a read or a received, is not tried as one).
@@ -645,12 +655,7 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
         Ok(p) => p,
         Err(e) => {
             telemetry::frame_in("invalid");
-            let why = match e.is_data() {
-                // JSON, but not an object (every object reads as a `Peek`).
-                true => "a frame is a JSON object".to_string(),
-                false => format!("not JSON: {e}"),
-            };
-            return reply_err(None, Error::new(Code::BadFrame, why));
+            return reply_err(None, Error::new(Code::BadFrame, format!("not JSON: {e}")));
         }
     };
     let id = match &peek.id {

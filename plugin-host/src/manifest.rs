@@ -119,6 +119,34 @@ impl From<WitManifest> for Manifest {
 }
 
 impl Manifest {
+    /// What stored history depends on, changed from a kind's earlier `delivery` and
+    /// `counts_unread` to this manifest's: each change in words (`delivery from persistent
+    /// to live`) with why it matters. A reload refuses any (`PluginRegistry::reload`);
+    /// `plugin check` warns of them.
+    pub fn history_changes(
+        &self,
+        delivery: Delivery,
+        counts_unread: bool,
+    ) -> Vec<(String, &'static str)> {
+        let mut changes = Vec::new();
+        if delivery != self.delivery {
+            changes.push((
+                format!("delivery from {delivery} to {}", self.delivery),
+                "stored history depends on it",
+            ));
+        }
+        if counts_unread != self.counts_unread {
+            changes.push((
+                format!(
+                    "counts-unread from {counts_unread} to {}",
+                    self.counts_unread
+                ),
+                "unread totals depend on it",
+            ));
+        }
+        changes
+    }
+
     /// Every rule a manifest must meet; each problem is one sentence.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();

@@ -277,16 +277,10 @@ impl PluginRegistry {
         for (ct, new) in &next.by_type {
             if let Some((_, delivery, counts_unread)) = history.get(ct) {
                 let n = &new.manifest;
-                if *delivery != n.delivery {
+                for (change, why) in n.history_changes(*delivery, *counts_unread) {
                     refusals.push(format!(
-                        "reload refused: {} (content type {ct}) would change delivery from {} to {}; stored history depends on it",
-                        n.name, delivery, n.delivery
-                    ));
-                }
-                if *counts_unread != n.counts_unread {
-                    refusals.push(format!(
-                        "reload refused: {} (content type {ct}) would change counts-unread from {} to {}; unread totals depend on it",
-                        n.name, counts_unread, n.counts_unread
+                        "reload refused: {} (content type {ct}) would change {change}; {why}",
+                        n.name
                     ));
                 }
             }

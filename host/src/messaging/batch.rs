@@ -311,6 +311,10 @@ impl Targets {
         ops: &[Op],
         stored: &HashMap<(String, String), (Arc<Stored>, bool)>,
     ) -> Vec<Vec<(String, String)>> {
+        let by_peer = |op: &Op| matches!(op, Op::Send(m) if matches!(m.target, Target::Peer(_)));
+        if !ops.iter().any(by_peer) {
+            return Vec::new();
+        }
         let mut keys: HashMap<(&str, &str), usize> = HashMap::new();
         // Per key: its peers, and whether a send by conversation id ended the list.
         let mut lists: Vec<(Vec<(String, String)>, bool)> = Vec::new();

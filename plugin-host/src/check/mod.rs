@@ -177,17 +177,8 @@ impl Report {
                     old.content_type, m.content_type, old.content_type
                 ));
             }
-            if old.delivery != m.delivery {
-                changes.push(format!(
-                    "delivery from {} to {} (a reload refuses it; stored history depends on it)",
-                    old.delivery, m.delivery
-                ));
-            }
-            if old.counts_unread != m.counts_unread {
-                changes.push(format!(
-                    "counts-unread from {} to {} (a reload refuses it; unread totals depend on it)",
-                    old.counts_unread, m.counts_unread
-                ));
+            for (change, why) in m.history_changes(old.delivery, old.counts_unread) {
+                changes.push(format!("{change} (a reload refuses it; {why})"));
             }
         }
         let replacing = replaced.map(|t| {

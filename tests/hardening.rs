@@ -1015,7 +1015,10 @@ async fn logout_and_revoke_all_end_tokens_and_their_connections(b: Backend) {
     assert_eq!(status, 200, "{body}");
     assert!(body["tokensValidFrom"].as_i64().unwrap() > 0);
     assert_eq!(laptop.closed().await.0, Some(4003));
-    for token in [&second.token, &deployer] {
+    // A deployer's token issued "later" would outlive the revoke-all: refused outright.
+    let ahead = body["tokensValidFrom"].as_i64().unwrap() + 3600;
+    let later = s.deployer_token("alice", Some(ahead));
+    for token in [&second.token, &deployer, &later] {
         s.expect_error(
             "GET",
             "/v1/conversations",

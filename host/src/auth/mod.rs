@@ -9,7 +9,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-/// Clock skew tolerated on `exp` and `nbf`, in seconds.
+/// Clock skew tolerated on `exp`, `nbf` and `iat`, in seconds.
 const LEEWAY_SECS: i64 = 30;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,6 +24,9 @@ pub enum TokenError {
     Expired,
     #[error("the token is not valid yet")]
     NotYet,
+    /// An `iat` ahead of the clock would outlive every revoke-all until then.
+    #[error("the token's iat is in the future")]
+    IssuedLater,
     #[error("the token's sub is not a valid user id")]
     Subject,
 }
@@ -158,6 +161,9 @@ impl Tokens {
         }
         if claims.nbf.is_some_and(|nbf| nbf - LEEWAY_SECS > now) {
             return Err(TokenError::NotYet);
+        }
+        if claims.iat.is_some_and(|iat| iat - LEEWAY_SECS > now) {
+            return Err(TokenError::IssuedLater);
         }
         if !valid_user_id(&claims.sub) {
             return Err(TokenError::Subject);
@@ -364,6 +370,24 @@ mod tests {
         };
         let (token, _) = expired.issue("alice");
         assert_eq!(t.verify(&token), Err(TokenError::Expired));
+    }
+
+    #[test]
+    fn a_token_issued_in_the_future_is_refused() {
+        let t = Tokens::new(b"0123456789abcdef0123456789abcdef", 60);
+        let sign = |iat: i64| {
+            let signed = format!(
+                "{}.{}",
+                B64.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+                B64.encode(format!(r#"{{"sub":"a","exp":{},"iat":{iat}}}"#, iat + 60))
+            );
+            let mut mac = t.mac();
+            mac.update(signed.as_bytes());
+            format!("{signed}.{}", B64.encode(mac.finalize().into_bytes()))
+        };
+        let now = now_secs();
+        assert_eq!(t.verify(&sign(now + 25)).unwrap().issued_at, Some(now + 25));
+        assert_eq!(t.verify(&sign(now + 3600)), Err(TokenError::IssuedLater));
     }
 
     #[test]

@@ -1712,3 +1712,112 @@ async fn the_log_is_plain_or_json_lines_and_holds_no_secrets() {
         }
     }
 }
+
+/// A tmpfs of `mib` MiB mounted at `at` for as long as it lives (needs root: `None`
+/// where the mount is refused).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path, mib: u32) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).unwrap();
+        let done = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        done.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system of `file` to the last byte, then gives `spare` bytes back.
+fn fill_but(file: &std::path::Path, spare: u64) {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(file).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        match f.write(&chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => written += n as u64,
+        }
+    }
+    f.set_len(written.saturating_sub(spare)).unwrap();
+}
+
+/// SQLite on a disk that fills up: sends are refused with `store_unavailable` and nothing
+/// acked is lost, in order, through a `kill -9` on the full disk; once there is room the
+/// refused sends go through with their own `clientMsgId`s; the log says so without a line
+/// per failed checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_sends_and_loses_nothing() {
+    let mut db = Db::new(&Backend::Sqlite, "disk-full").await;
+    let Some(_disk) = Tmpfs::mount(&db.dir.join("disk"), 8) else {
+        println!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    db.url = format!("sqlite://{}", db.dir.join("disk/courier.db").display());
+    let mut s = Server::start(&db, "").await;
+    let (alice, bob) = (s.user("alice").await, s.user("bob").await);
+    let mut a = s.connect(&alice, "phone").await;
+    let started = Instant::now();
+    let filler = db.dir.join("disk/filler");
+    fill_but(&filler, 1536 * 1024);
+
+    let body = "x".repeat(3000);
+    let (mut acked, mut refused) = (Vec::new(), None);
+    for i in 0..3000 {
+        let cmid = format!("m{i}");
+        let id = format!("s{i}");
+        a.send(text(&id, &cmid, peer("bob"), &body)).await;
+        let (answer, _) = a.until(|f| f["id"] == id.as_str()).await;
+        if answer["type"] == "ack" {
+            acked.push(answer["msgId"].as_str().unwrap().to_string());
+            continue;
+        }
+        assert_eq!(answer["code"], "store_unavailable", "{answer}");
+        refused = Some(cmid);
+        break;
+    }
+    let refused = refused.expect("the disk filled up within 3000 sends");
+    assert!(!acked.is_empty(), "sends were acked before the disk filled");
+    let conversation = 1;
+    let stored = |msgs: Vec<Value>| -> Vec<String> {
+        msgs.iter()
+            .map(|m| m["msgId"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(stored(s.pull_all(&bob, conversation).await), acked);
+
+    // kill -9 on the full disk; the restarted server reads everything acked.
+    s.restart();
+    assert_eq!(stored(s.pull_all(&bob, conversation).await), acked);
+    let mut a = s.connect(&alice, "phone").await;
+    let err = send_err(&mut a, text("again", &refused, peer("bob"), &body)).await;
+    assert_eq!(err["code"], "store_unavailable", "{err}");
+
+    // Room again: the refused send is stored as new, and the next after it.
+    std::fs::remove_file(&filler).unwrap();
+    let ack = send_ok(&mut a, text("room", &refused, peer("bob"), &body)).await;
+    assert_eq!(ack["duplicate"], false, "{ack}");
+    acked.push(ack["msgId"].as_str().unwrap().to_string());
+    let ack = send_ok(&mut a, text("next", "after", peer("bob"), "after")).await;
+    acked.push(ack["msgId"].as_str().unwrap().to_string());
+    assert_eq!(stored(s.pull_all(&bob, conversation).await), acked);
+    s.restart();
+    assert_eq!(stored(s.pull_all(&bob, conversation).await), acked);
+
+    // A failing checkpoint is logged when it starts and then every 10 s at most.
+    let lines = s.log().matches("SQLite checkpoint failed").count();
+    let most = 2 * (2 + started.elapsed().as_secs() / 10) as usize;
+    assert!(lines <= most, "{lines} checkpoint lines (at most {most})");
+}

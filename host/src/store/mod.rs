@@ -850,10 +850,16 @@ const WRITER_PRAGMAS: &str =
 /// the log's frame count moves (it grows, or starts over); when a look finds it where the
 /// last left it, the next waits twice as long, up to 100 ms (after a failure, 100 ms).
 /// With `synchronous = normal` the checkpoint is what syncs the log, so a commit reaches
-/// the disk within about 100 ms, as it did when this ran every 100 ms.
+/// the disk within about 100 ms, as it did when this ran every 100 ms. Failures (a full
+/// disk) are logged when they start, then counted into a line every 10 s, and the first
+/// checkpoint that works again says so.
 async fn checkpoints(read: AnyPool, busy: Duration) {
     const IDLE: Duration = Duration::from_millis(100);
+    const SUMMARY: Duration = Duration::from_secs(10);
     let (mut wait, mut frames) = (busy, None);
+    // Failures since the last line, when that line was written, and in all since the
+    // checkpoints started failing.
+    let (mut unsaid, mut said, mut failing) = (0u64, tokio::time::Instant::now(), 0u64);
     loop {
         tokio::time::sleep(wait).await;
         if read.is_closed() {
@@ -871,9 +877,24 @@ async fn checkpoints(read: AnyPool, busy: Duration) {
                     false => (wait * 2).min(IDLE),
                 };
                 frames = now;
+                if failing > 0 {
+                    tracing::info!(failures = failing, "SQLite checkpoints work again");
+                    (unsaid, failing) = (0, 0);
+                }
             }
             Err(e) => {
-                tracing::warn!("SQLite checkpoint failed: {e}");
+                failing += 1;
+                unsaid += 1;
+                if failing == 1 {
+                    tracing::warn!("SQLite checkpoint failed: {e}");
+                    (unsaid, said) = (0, tokio::time::Instant::now());
+                } else if said.elapsed() >= SUMMARY {
+                    tracing::warn!(
+                        failures = unsaid,
+                        "SQLite checkpoint failed {unsaid} times since the last line: {e}"
+                    );
+                    (unsaid, said) = (0, tokio::time::Instant::now());
+                }
                 wait = IDLE;
             }
         }

@@ -328,6 +328,83 @@ async fn disable_then_enable_through_the_admin_endpoint() {
     .await;
 }
 
+/// A dry run as an operator writes it by hand: the body's text, not a `Value`.
+async fn dry_run_text(state: &AppState, body: &str) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method("POST")
+        .uri("/admin/validate")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let resp = app(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn a_dry_run_answers_as_a_send_and_never_trips_the_breaker() {
+    // A budget too small for 50 mentions: the plugin fails on them.
+    let s = state_from_file(&format!(
+        "[server]\nadmin_token = \"{TOKEN}\"\n[plugins.text]\nfuel_per_call = 10000\n"
+    ))
+    .await;
+    // The payload reaches the plugin as written: a duplicate key is refused as a send's
+    // is, where a JSON value would have kept the last; the answer keeps the key order.
+    let (status, body) = dry_run_text(
+        &s,
+        r#"{"contentType": 1, "conversationType": 1, "payload": {"text": "a", "text": "b"}}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("payload_invalid")),
+        "{body}"
+    );
+    let (status, body) = dry_run_text(
+        &s,
+        r#"{"contentType": 1, "conversationType": 1, "payload": {"text": " hi "}}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, &body["payload"]),
+        (StatusCode::OK, &json!({"text": "hi"}))
+    );
+    let many: Vec<String> = (0..50).map(|i| format!("user-{i}")).collect();
+    let heavy = json!({"contentType": 1, "conversationType": 2,
+        "payload": {"text": "hi all", "mentions": many}});
+    // More failures than the breaker's five.
+    for _ in 0..7 {
+        expect_error(
+            &s,
+            "POST",
+            "/admin/validate",
+            Some(TOKEN),
+            Some(heavy.clone()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "plugin_failed",
+        )
+        .await;
+    }
+    let (_, list) = call(&s, "GET", "/admin/plugins", Some(TOKEN), None).await;
+    let text = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "text")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&text["enabled"], &text["tripped"], &text["stats"]["calls"]),
+        (&json!(true), &Value::Null, &json!(0)),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn reload_through_the_admin_endpoint_rereads_the_file_and_refuses_history_breaking_changes() {
     let s = state_from_file(&format!("[server]\nadmin_token = \"{TOKEN}\"\n")).await;

@@ -26,6 +26,7 @@ on_both!(
     claims_are_limited_and_low_keys_are_told,
     a_rotated_signed_prekey_stays_for_its_grace,
     mailboxes_push_pull_and_forget,
+    racing_resends_store_once_and_a_connection_s_sends_keep_their_order,
     mailbox_entries_expire,
     the_example_leaves_no_plaintext_in_the_database,
 );
@@ -311,10 +312,36 @@ async fn uploads_are_checked(b: Backend) {
             .is_some_and(|m| m.starts_with("signed prekey 1 ")),
         "{refused}"
     );
+    // Across the three: a signed prekey with the last-resort prekey's id (or with the
+    // previous one's), a last-resort prekey with a signed one's, or an upload's own two
+    // with one id and two keys.
+    let signed = |id: i64| k.prekey(b"courier:signed-prekey:v1", id);
+    let last_resort = |id: i64| k.prekey(b"courier:last-resort-prekey:v1", id);
+    let mut crossed = Vec::new();
+    for (spk, lrk) in [
+        (Some(1_000_000), None),
+        (None, Some(2)),
+        (None, Some(1)),
+        (Some(7), Some(7)),
+    ] {
+        let mut body = k.identity_part();
+        if let Some(id) = spk {
+            body["signedPrekey"] = signed(id);
+        }
+        if let Some(id) = lrk {
+            body["lastResortPrekey"] = last_resort(id);
+        }
+        crossed.push((t, "PUT", path, Some(body), 409, "prekey_id_taken"));
+    }
+    s.expect_errors(&crossed).await;
     let status = s.get(&alice, path).await;
     assert_eq!(
-        (&status["signedPrekeyId"], &status["previousSignedPrekeyId"]),
-        (&json!(2), &json!(1)),
+        (
+            &status["signedPrekeyId"],
+            &status["previousSignedPrekeyId"],
+            &status["lastResortId"]
+        ),
+        (&json!(2), &json!(1), &json!(1_000_000)),
         "{status}"
     );
 }
@@ -365,6 +392,15 @@ async fn a_retried_upload_never_offers_a_handed_out_prekey_again(b: Backend) {
         .map(|d| d["deviceId"].as_str().unwrap())
         .collect();
     assert_eq!(devices, ["phone"]);
+    s.expect_error(
+        "GET",
+        "/v1/keys/bob?exceptDeviceId=..",
+        Some(&bob.token),
+        None,
+        400,
+        "bad_request",
+    )
+    .await;
     assert_eq!(
         s.get(&bob, "/v1/devices/laptop/keys").await["oneTimePrekeys"],
         3,
@@ -376,7 +412,8 @@ async fn racing_claimers_never_share_a_one_time_prekey(b: Backend) {
     let (_db, s) = setup(&b, "e2e-race", E2E).await;
     let bob = s.user("bob").await;
     let k = Keys::new();
-    publish(&s, &bob, "phone", &k.upload(1, 0..8)).await;
+    let upload = k.upload(1, 0..8);
+    publish(&s, &bob, "phone", &upload).await;
     let mut claimers = Vec::new();
     for i in 0..16 {
         claimers.push(s.user(&format!("claimer{i}")).await);
@@ -414,6 +451,19 @@ async fn racing_claimers_never_share_a_one_time_prekey(b: Backend) {
         s.get(&bob, "/v1/devices/phone/keys").await["oneTimePrekeys"],
         0
     );
+    // The device was told once that it runs low (under the default 10), and the same
+    // upload again, as after a lost answer, offers none of the keys handed out.
+    let events = s.get(&bob, "/v1/user-stream?limit=500").await;
+    let low: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "keys.low")
+        .collect();
+    assert_eq!(low.len(), 1, "{low:?}");
+    assert_eq!(low[0]["data"]["remaining"], 7, "the first claim's count");
+    let status = ok(&s, &bob, "PUT", "/v1/devices/phone/keys", Some(upload)).await;
+    assert_eq!(status["oneTimePrekeys"], 0, "{status}");
 }
 
 async fn claims_are_limited_and_low_keys_are_told(b: Backend) {
@@ -737,6 +787,74 @@ async fn mailboxes_push_pull_and_forget(b: Backend) {
         (&json!("error"), &json!("bad_frame")),
         "{e}"
     );
+}
+
+async fn racing_resends_store_once_and_a_connection_s_sends_keep_their_order(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-mailbox-races", E2E).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "phone"})),
+    )
+    .await;
+    ok(
+        &s,
+        &bob,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "phone"})),
+    )
+    .await;
+    // Eight copies of one send at once, each on a connection of its own: one is stored,
+    // and every answer names its entry.
+    let (server, sender) = (&s, &alice);
+    for round in 0..5 {
+        let body = json!({"deviceId": "phone", "clientMsgId": format!("race-{round}"),
+            "contentType": 10, "messages": [{"userId": "bob", "deviceId": "phone",
+                "payload": envelope("phone", "phone")}]});
+        let acks = futures_util::future::join_all((0..8).map(|_| {
+            let body = body.clone();
+            async move { ok(server, sender, "POST", "/v1/device-messages", Some(body)).await }
+        }))
+        .await;
+        let firsts = acks.iter().filter(|a| a["duplicate"] == false).count();
+        assert_eq!(firsts, 1, "round {round}: {acks:?}");
+        let seqs: HashSet<&Value> = acks.iter().map(|a| &a["entries"][0]["seq"]).collect();
+        assert_eq!(
+            seqs,
+            HashSet::from([&json!(round + 1)]),
+            "round {round}: {acks:?}"
+        );
+    }
+    // Forty sends pipelined on one connection: their entries are in the order sent.
+    let mut a = s.connect(&alice, "phone").await;
+    let frames: Vec<Value> = (0..40)
+        .map(|i| {
+            json!({"type": "send_to_devices", "id": format!("p{i}"),
+                "clientMsgId": format!("pipe-{i}"), "contentType": 10,
+                "messages": [{"userId": "bob", "deviceId": "phone",
+                    "payload": envelope("phone", "phone")}]})
+        })
+        .collect();
+    a.send_together(&frames).await;
+    let mut seqs = vec![0; 40];
+    let mut answered = 0;
+    while answered < 40 {
+        let f = a.next().await.expect("an answer");
+        let Some(i) = f["id"].as_str().and_then(|id| id.strip_prefix('p')) else {
+            continue;
+        };
+        assert_eq!(f["type"], "ack", "{f}");
+        seqs[i.parse::<usize>().unwrap()] = f["entries"][0]["seq"].as_i64().unwrap();
+        answered += 1;
+    }
+    assert_eq!(seqs, (6..46).collect::<Vec<i64>>());
+    let page = s.get(&bob, "/v1/devices/phone/mailbox?limit=500").await;
+    assert_eq!(page["entries"].as_array().unwrap().len(), 45, "{page}");
 }
 
 async fn mailbox_entries_expire(b: Backend) {

@@ -182,13 +182,40 @@ impl PluginRegistry {
     }
 
     /// The full send-path check: known, enabled, sender allowed, conversation type allowed,
-    /// size (before any wasm runs), UTF-8, then the plugin's own `validate`.
+    /// size (before any wasm runs), UTF-8, then the plugin's own `validate`; counted in the
+    /// plugin's stats and metrics, a failure toward its circuit breaker.
     pub fn validate(
         &self,
         content_type: u32,
         ctx: &SendContext<'_>,
         payload: &[u8],
     ) -> Result<Validated, ValidateError> {
+        self.check(content_type, ctx, payload, true)
+    }
+
+    /// `validate` for an operator's dry run: the same answer, counted nowhere, so trying
+    /// payloads never switches a kind off.
+    pub fn dry_run(
+        &self,
+        content_type: u32,
+        ctx: &SendContext<'_>,
+        payload: &[u8],
+    ) -> Result<Validated, ValidateError> {
+        self.check(content_type, ctx, payload, false)
+    }
+
+    fn check(
+        &self,
+        content_type: u32,
+        ctx: &SendContext<'_>,
+        payload: &[u8],
+        counted: bool,
+    ) -> Result<Validated, ValidateError> {
+        let record = |plugin: &LoadedPlugin, outcome: Outcome, cost: &super::runtime::CallCost| {
+            if counted {
+                plugin.record(outcome, cost);
+            }
+        };
         let plugin = self
             .get(content_type)
             .ok_or(ValidateError::Unknown(content_type))?;
@@ -203,19 +230,19 @@ impl PluginRegistry {
         let (answer, cost) = plugin.pool.validate(ctx, text);
         match answer.and_then(|r| checked_output(m, r)) {
             Ok(Ok(normalized)) => {
-                plugin.record(Outcome::Accepted, &cost);
+                record(&plugin, Outcome::Accepted, &cost);
                 Ok(Validated {
                     plugin,
                     payload: normalized,
                 })
             }
             Ok(Err((code, message))) => {
-                plugin.record(Outcome::Rejected, &cost);
+                record(&plugin, Outcome::Rejected, &cost);
                 Err(ValidateError::Invalid { code, message })
             }
             // Every instance busy is load, not the plugin's fault: not counted as failed.
             Err(failure @ CallFailure::Busy { .. }) => {
-                plugin.record(Outcome::Busy, &cost);
+                record(&plugin, Outcome::Busy, &cost);
                 Err(ValidateError::Busy {
                     name: m.name.clone(),
                     content_type,
@@ -223,8 +250,10 @@ impl PluginRegistry {
                 })
             }
             Err(failure) => {
-                plugin.record(Outcome::Failed, &cost);
-                plugin.record_failure(&failure);
+                record(&plugin, Outcome::Failed, &cost);
+                if counted {
+                    plugin.record_failure(&failure);
+                }
                 Err(ValidateError::PluginFailed {
                     name: m.name.clone(),
                     content_type,

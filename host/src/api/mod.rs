@@ -614,9 +614,9 @@ async fn reset_stream(
 struct DryRun {
     content_type: u32,
     conversation_type: u8,
-    /// The payload as a JSON value (sent to the plugin as its JSON text).
+    /// The payload, given to the plugin as it was written here (as a send's is).
     #[schema(value_type = Object)]
-    payload: Value,
+    payload: Box<serde_json::value::RawValue>,
     /// Validate as the server itself (system kinds).
     #[serde(default)]
     as_system: bool,
@@ -632,7 +632,7 @@ async fn dry_run(
 ) -> Result<Json<schema::DryRunAnswer>, Error> {
     require_admin(&s, &headers)?;
     let req: DryRun = read_json(body, ADMIN_BODY_LIMIT).await?;
-    let payload = req.payload.to_string();
+    let payload = req.payload.get().to_string();
     let registry = s.registry.clone();
     let result = tokio::task::spawn_blocking(move || {
         let ctx = SendContext {
@@ -646,7 +646,7 @@ async fn dry_run(
             conversation_id: "dry-run",
         };
         registry
-            .validate(req.content_type, &ctx, payload.as_bytes())
+            .dry_run(req.content_type, &ctx, payload.as_bytes())
             .map(|v| {
                 let preview = registry.preview(req.content_type, v.payload.get());
                 (v.into_text(), preview)
@@ -655,6 +655,8 @@ async fn dry_run(
     .await
     .map_err(|e| Error::new(Code::Internal, e.to_string()))?;
     let (normalized, preview) = result?;
-    let payload: Value = serde_json::from_str(&normalized).unwrap_or(Value::String(normalized));
-    Ok(Json(schema::DryRunAnswer { payload, preview }))
+    Ok(Json(schema::DryRunAnswer {
+        payload: crate::protocol::frames::raw(&normalized),
+        preview,
+    }))
 }

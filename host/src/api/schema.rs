@@ -559,7 +559,8 @@ pub struct StreamReset {
 
 #[derive(Serialize, ToSchema)]
 pub struct DryRunAnswer {
-    /// The normalized payload.
-    pub payload: Value,
+    /// The normalized payload, as a send would store it.
+    #[schema(value_type = Object)]
+    pub payload: Box<serde_json::value::RawValue>,
     pub preview: String,
 }

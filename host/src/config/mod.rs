@@ -582,11 +582,16 @@ impl Config {
                 "runtime.recycle_after_calls, breaker_failures and breaker_window_secs must be positive".into(),
             ));
         }
+        // The token goes in an HTTP header, which carries visible ASCII whole (spaces at
+        // its ends are stripped, other bytes are not text): any other token could never
+        // be given.
         if let Some(token) = &self.server.admin_token
-            && token.len() < 16
+            && (token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()))
         {
             return Err(ConfigError::Check(
-                "server.admin_token must be at least 16 characters".into(),
+                "server.admin_token must be at least 16 characters, each a visible ASCII \
+                 character (! to ~: no spaces)"
+                    .into(),
             ));
         }
         if !(self.storage.url.starts_with("sqlite:")
@@ -594,7 +599,7 @@ impl Config {
             || self.storage.url.starts_with("postgresql:"))
         {
             return Err(ConfigError::Check(
-                "storage.url must start with sqlite: or postgres:".into(),
+                "storage.url must start with sqlite:, postgres: or postgresql:".into(),
             ));
         }
         if self.server.node_id > 1023 {
@@ -626,7 +631,7 @@ impl Config {
             && secret.len() < 32
         {
             return Err(ConfigError::Check(
-                "auth.jwt_secret must be at least 32 characters".into(),
+                "auth.jwt_secret must be at least 32 bytes (in UTF-8)".into(),
             ));
         }
         let g = &self.gateway;
@@ -881,6 +886,14 @@ mod tests {
             (
                 "[plugins.text]\nfuel_per_call = 9999\n",
                 "plugins.text.fuel_per_call must be at least 10000",
+            ),
+            (
+                "[server]\nadmin_token = \"                \"\n",
+                "server.admin_token must be at least 16 characters, each a visible ASCII",
+            ),
+            (
+                "[server]\nadmin_token = \"éééééééééééééééé\"\n",
+                "server.admin_token must be at least 16 characters, each a visible ASCII",
             ),
         ] {
             let err = Config::from_toml(toml).unwrap_err().to_string();

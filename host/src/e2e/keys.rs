@@ -311,6 +311,12 @@ impl Core {
         if !crate::auth::valid_user_id(target) {
             return Err(Error::bad_request("not a user id"));
         }
+        if let Some(d) = except_device.filter(|d| !crate::auth::valid_device_id(d)) {
+            return Err(Error::bad_request(format!(
+                "exceptDeviceId {d:?} is not a device id ({})",
+                crate::auth::DEVICE_ID_RULE
+            )));
+        }
         if let Err(wait) = self
             .key_claims
             .take(&(claimer.to_string(), target.to_string()))

@@ -31,6 +31,9 @@ pub struct Device {
     pub presence: bool,
     /// When its token was issued (Unix seconds), if it says.
     pub issued_at: Option<i64>,
+    /// The last of its sends to devices, which the next waits for: a connection's sends
+    /// to devices commit in the order it sent them.
+    pub device_sends: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Device {
@@ -53,7 +56,20 @@ impl Device {
             in_flight: AtomicUsize::new(0),
             presence: false,
             issued_at: None,
+            device_sends: Mutex::new(None),
         }
+    }
+
+    /// Runs `send` after every send to devices this connection read before it.
+    pub fn in_turn(&self, send: impl Future<Output = ()> + Send + 'static) {
+        let mut last = self.device_sends.lock().unwrap_or_else(|e| e.into_inner());
+        let before = last.take();
+        *last = Some(tokio::spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await;
+            }
+            send.await;
+        }));
     }
 
     /// Whether the connection may read another request: its unanswered requests and

@@ -738,7 +738,8 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             ),
         },
         // A transaction of its own each: run beside the connection, which does not wait
-        // for it (its answer, like every other, comes through the outbox).
+        // for it (its answer, like every other, comes through the outbox), after the
+        // connection's earlier ones, so they commit in the order sent.
         Some("send_to_devices") => match serde_json::from_str::<DeviceSendFrame>(text) {
             Ok(req) if req.device_id.is_some() => reply_err(
                 id,
@@ -748,8 +749,9 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
                 ),
             ),
             Ok(req) => {
-                let (core, device) = (core.clone(), device.clone());
-                tokio::spawn(async move {
+                let (core, conn) = (core.clone(), device.clone());
+                let device = conn.clone();
+                conn.in_turn(async move {
                     let id = req.id.clone();
                     let frame = match core
                         .send_to_devices(&device.user_id, &device.device_id, req)

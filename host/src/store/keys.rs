@@ -175,22 +175,23 @@ pub async fn upload(
         }
         _ => {}
     }
-    // A signed or last-resort prekey keeps its key for its id while the id is held (the
-    // previous signed prekey during its grace too): a session begun with the id names the
-    // key.
+    // A signed or last-resort prekey's id names one key while the device holds it (the
+    // previous signed prekey during its grace too), whichever of the three holds it: a
+    // session begun with the id names the key. An upload's own two may share an id only
+    // with the same key.
+    let mut held: Vec<(&'static str, &Prekey)> = Vec::with_capacity(4);
     if let Some(k) = &existing {
-        let previous = k.previous_prekey.as_ref().map(|(p, _)| p);
-        for (what, new, held) in [
-            ("signed", u.signed_prekey, Some(&k.signed_prekey)),
-            ("signed", u.signed_prekey, previous),
-            ("last-resort", u.last_resort, Some(&k.last_resort)),
-        ] {
-            if let (Some(new), Some(held)) = (new, held)
-                && new.key_id == held.key_id
-                && new.public_key != held.public_key
-            {
-                return Ok(Err(UploadRefused::PrekeyIdTaken(what, new.key_id)));
-            }
+        held.push(("signed", &k.signed_prekey));
+        held.extend(k.previous_prekey.as_ref().map(|(p, _)| ("signed", p)));
+        held.push(("last-resort", &k.last_resort));
+    }
+    held.extend(u.signed_prekey.map(|p| ("signed", p)));
+    for new in [u.signed_prekey, u.last_resort].into_iter().flatten() {
+        if let Some((what, _)) = held
+            .iter()
+            .find(|(_, h)| h.key_id == new.key_id && h.public_key != new.public_key)
+        {
+            return Ok(Err(UploadRefused::PrekeyIdTaken(what, new.key_id)));
         }
     }
     // One-time prekeys: the same id with the same key again is harmless (a retried
@@ -321,8 +322,10 @@ async fn lock_device(
 
 /// Claims a bundle of each of a user's devices that has keys (and is not removed), in the
 /// caller's transaction: one one-time prekey each, taken so that no key is ever handed out
-/// twice — on PostgreSQL the row is locked and others skip it, so claimers racing each
-/// take another key or, when none is left, the last-resort one. A device whose count falls
+/// twice. Each device's row is locked first (on PostgreSQL; SQLite's one writer already
+/// serializes), in the order of their ids, and its keys read after the lock: claims and
+/// uploads of one device take turns, so the highest id handed out and whether the device
+/// was told it is low are each moved by one claim at a time. A device whose count falls
 /// below `low` for the first time since its last upload is marked told (`low_told`), and
 /// its `Claimed::keys.low_told` says whether it already was.
 pub async fn claim(
@@ -333,36 +336,37 @@ pub async fn claim(
     low: i64,
     now: i64,
 ) -> sqlx::Result<Vec<Claimed>> {
-    let devices: Vec<DeviceKeys> = sqlx::query(&format!(
-        "SELECT {KEY_COLUMNS} FROM device_keys k WHERE k.user_id = $1 AND EXISTS \
+    let ids: Vec<String> = sqlx::query_scalar(
+        "SELECT k.device_id FROM device_keys k WHERE k.user_id = $1 AND EXISTS \
          (SELECT 1 FROM devices v WHERE v.user_id = k.user_id AND v.device_id = k.device_id \
-         AND v.removed_at IS NULL) ORDER BY k.device_id"
-    ))
+         AND v.removed_at IS NULL) ORDER BY k.device_id",
+    )
     .bind(user_id)
     .fetch_all(&mut *conn)
-    .await?
-    .iter()
-    .map(|r| keys_from(r, now))
-    .collect::<sqlx::Result<_>>()?;
-    let take = match d {
-        Dialect::Postgres => {
-            "DELETE FROM one_time_prekeys WHERE (user_id, device_id, key_id) IN \
-             (SELECT user_id, device_id, key_id FROM one_time_prekeys \
-             WHERE user_id = $1 AND device_id = $2 ORDER BY key_id LIMIT 1 \
-             FOR UPDATE SKIP LOCKED) RETURNING key_id, public_key"
+    .await?;
+    let mut devices = Vec::with_capacity(ids.len());
+    for id in ids.iter().filter(|id| Some(id.as_str()) != except_device) {
+        lock_device(d, conn, user_id, id).await?;
+        let keys = sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM device_keys k WHERE k.user_id = $1 AND k.device_id = $2 \
+             AND EXISTS (SELECT 1 FROM devices v WHERE v.user_id = k.user_id \
+             AND v.device_id = k.device_id AND v.removed_at IS NULL)"
+        ))
+        .bind(user_id)
+        .bind(id.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(r) = keys {
+            devices.push(keys_from(&r, now)?);
         }
-        Dialect::Sqlite => {
-            "DELETE FROM one_time_prekeys WHERE (user_id, device_id, key_id) IN \
-             (SELECT user_id, device_id, key_id FROM one_time_prekeys \
-             WHERE user_id = $1 AND device_id = $2 ORDER BY key_id LIMIT 1) \
-             RETURNING key_id, public_key"
-        }
-    };
+    }
+    // The device is locked: the lowest key is this claim's alone.
+    let take = "DELETE FROM one_time_prekeys WHERE (user_id, device_id, key_id) IN \
+         (SELECT user_id, device_id, key_id FROM one_time_prekeys \
+         WHERE user_id = $1 AND device_id = $2 ORDER BY key_id LIMIT 1) \
+         RETURNING key_id, public_key";
     let mut out = Vec::with_capacity(devices.len());
-    for keys in devices
-        .into_iter()
-        .filter(|k| Some(k.device_id.as_str()) != except_device)
-    {
+    for keys in devices {
         let one_time = sqlx::query(take)
             .bind(user_id)
             .bind(keys.device_id.as_str())

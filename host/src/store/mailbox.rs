@@ -71,17 +71,30 @@ pub async fn send(
     targets: &[Target],
     answer: impl FnOnce(&[i64]) -> String,
 ) -> sqlx::Result<Result<Sent, SendRefused>> {
-    let again: Option<String> = sqlx::query_scalar(
-        "SELECT answer FROM mailbox_sends WHERE sender_id = $1 AND client_msg_id = $2 \
-         AND expires_at > $3",
+    // The clientMsgId first: taken (its row written, an expired one taken over), or it
+    // is a resend. A send racing with the same id waits here for the first to commit (its
+    // answer) or to store nothing (then this one takes the id).
+    let taken: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO mailbox_sends (sender_id, client_msg_id, answer, expires_at) \
+         VALUES ($1, $2, '', $4) ON CONFLICT (sender_id, client_msg_id) DO UPDATE SET \
+         answer = '', expires_at = excluded.expires_at WHERE mailbox_sends.expires_at <= $3 \
+         RETURNING 1",
     )
     .bind(s.sender_id)
     .bind(s.client_msg_id)
     .bind(s.now)
+    .bind(s.expires_at)
     .fetch_optional(&mut *conn)
     .await?;
-    if let Some(a) = again {
-        return Ok(Ok(Sent::Again(a)));
+    if taken.is_none() {
+        let again: String = sqlx::query_scalar(
+            "SELECT answer FROM mailbox_sends WHERE sender_id = $1 AND client_msg_id = $2",
+        )
+        .bind(s.sender_id)
+        .bind(s.client_msg_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        return Ok(Ok(Sent::Again(again)));
     }
     // The devices, that they exist, and who blocks the sender.
     let keys: Vec<(&str, &str)> = targets
@@ -226,17 +239,12 @@ pub async fn send(
     .bind(s.expires_at)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
-        "INSERT INTO mailbox_sends (sender_id, client_msg_id, answer, expires_at) \
-         VALUES ($1, $2, $3, $4) ON CONFLICT (sender_id, client_msg_id) DO UPDATE SET \
-         answer = excluded.answer, expires_at = excluded.expires_at",
-    )
-    .bind(s.sender_id)
-    .bind(s.client_msg_id)
-    .bind(answer(&seqs))
-    .bind(s.expires_at)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query("UPDATE mailbox_sends SET answer = $3 WHERE sender_id = $1 AND client_msg_id = $2")
+        .bind(s.sender_id)
+        .bind(s.client_msg_id)
+        .bind(answer(&seqs))
+        .execute(&mut *conn)
+        .await?;
     Ok(Ok(Sent::Stored(seqs)))
 }
 

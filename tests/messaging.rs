@@ -1039,6 +1039,14 @@ async fn accounts_and_tokens(b: Backend) {
         (
             None,
             "POST",
+            "/v1/auth/register",
+            Some(json!({"userId": "..", "password": "long-enough-password"})),
+            400,
+            "bad_request",
+        ),
+        (
+            None,
+            "POST",
             "/v1/auth/login",
             Some(json!({"userId": "alice", "password": "wrong-password"})),
             401,

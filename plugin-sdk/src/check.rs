@@ -126,10 +126,13 @@ pub fn id(field: &str, value: &str, max: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// Whether `value` is a user id: 1..=64 characters of `[A-Za-z0-9_.@-]`. The server
+/// Whether `value` is a user id: 1..=64 characters of `[A-Za-z0-9_.@-]`, not `.` or `..`
+/// (a path segment clients rewrite, so `/admin/users/..` could never name it). The server
 /// registers and recognizes users by this rule.
 pub fn is_user_id(value: &str) -> bool {
-    (1..=64).contains(&value.len())
+    value != "."
+        && value != ".."
+        && (1..=64).contains(&value.len())
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b'@'))
@@ -140,7 +143,9 @@ pub fn user_id(field: &str, value: &str) -> Result<(), Rejection> {
     if !is_user_id(value) {
         return Err(Rejection::new(
             "bad_id",
-            format!("{field} must be 1 to 64 characters of A-Z, a-z, 0-9, _, ., - or @"),
+            format!(
+                "{field} must be 1 to 64 characters of A-Z, a-z, 0-9, _, ., - or @, not . or .."
+            ),
         ));
     }
     Ok(())
@@ -268,7 +273,8 @@ mod tests {
         ] {
             assert!(user_id("u", good).is_ok(), "{good}");
         }
-        for bad in ["", "a b", "bob+1", "é", &"x".repeat(65)] {
+        assert!(user_id("u", "...").is_ok());
+        for bad in ["", "a b", "bob+1", "é", ".", "..", &"x".repeat(65)] {
             assert_eq!(code(user_id("u", bad)), "bad_id", "{bad}");
         }
     }

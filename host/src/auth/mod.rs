@@ -177,7 +177,7 @@ impl Tokens {
     }
 }
 
-/// User ids: 1–64 of `A–Z a–z 0–9 _ . - @`. The one rule, shared with the kinds that
+/// User ids: 1–64 of `A–Z a–z 0–9 _ . - @`, not `.` or `..`. The one rule, shared with the kinds that
 /// name users in their payloads (`courier_plugin_sdk::check::user_id`).
 pub fn valid_user_id(s: &str) -> bool {
     courier_plugin_sdk::check::is_user_id(s)
@@ -191,7 +191,7 @@ pub fn valid_device_id(s: &str) -> bool {
 }
 
 /// `valid_user_id`'s rule, as answers say it.
-pub const USER_ID_RULE: &str = "1 to 64 of A-Z a-z 0-9 _ . - @";
+pub const USER_ID_RULE: &str = "1 to 64 of A-Z a-z 0-9 _ . - @, not . or ..";
 
 /// `valid_device_id`'s rule, as answers say it.
 pub const DEVICE_ID_RULE: &str = "1 to 64 of A-Z a-z 0-9 _ . - :";

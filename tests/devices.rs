@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 on_both!(
     devices_register_list_and_go,
+    a_user_has_at_most_the_devices_allowed,
     received_moves_the_delivered_position,
     group_receipts_count_deliveries,
     receipts_switched_off,
@@ -235,6 +236,72 @@ async fn devices_register_list_and_go(b: Backend) {
 }
 
 /// The next frame of `kind` (other frames skipped).
+async fn a_user_has_at_most_the_devices_allowed(b: Backend) {
+    let (_db, s) = setup(&b, "device-cap", "[messaging]\nmax_devices_per_user = 3\n").await;
+    let alice = s.user("alice").await;
+    // Six registrations at once, each on a connection of its own: three are taken.
+    let server = &s;
+    let user = &alice;
+    let answers = futures_util::future::join_all((0..6).map(|i| async move {
+        let body = json!({"deviceId": format!("d{i}")});
+        call(server, user, "POST", "/v1/devices", Some(body)).await
+    }))
+    .await;
+    let refused: Vec<&Value> = answers
+        .iter()
+        .filter(|(status, _)| *status != 200)
+        .map(|(_, body)| body)
+        .collect();
+    assert_eq!(refused.len(), 3, "{answers:?}");
+    for r in &refused {
+        assert_eq!(r["error"]["code"], "too_many_devices", "{r}");
+    }
+    let held: Vec<String> = devices(&s, &alice)
+        .await
+        .iter()
+        .map(|d| d["deviceId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(held.len(), 3, "{held:?}");
+    // A fourth, by connecting, is refused before the upgrade; one of the three connects
+    // and is registered again as it is.
+    assert_eq!(
+        Ws::connect(&s.addr, &alice.token, "another").await.err(),
+        Some(409)
+    );
+    let mut ws = s.connect(&alice, &held[0]).await;
+    ws.send(json!({"type": "ping", "id": "p"})).await;
+    ws.expect("pong").await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": held[1], "name": "renamed"})),
+    )
+    .await;
+    // Removing one makes room.
+    ok(
+        &s,
+        &alice,
+        "DELETE",
+        &format!("/v1/devices/{}", held[2]),
+        None,
+    )
+    .await;
+    let mut another = s.connect(&alice, "another").await;
+    another.send(json!({"type": "ping", "id": "p"})).await;
+    another.expect("pong").await;
+    s.expect_error(
+        "POST",
+        "/v1/devices",
+        Some(&alice.token),
+        Some(json!({"deviceId": held[2]})),
+        409,
+        "too_many_devices",
+    )
+    .await;
+}
+
 async fn next_of(ws: &mut Ws, kind: &str) -> Value {
     ws.until(|f| f["type"] == kind).await.0
 }

@@ -30,7 +30,7 @@ pub fn status(code: Code) -> StatusCode {
         UserExists | RecallWindowExpired | AlreadyRecalled | MessageNotRecallable
         | ReloadRefused | AlreadyFriends | AlreadyMember | RequestNotPending | OwnerCannotQuit
         | GroupDissolved | GroupFull | ResyncRequired | IdentityKeyChanged | PrekeyIdTaken
-        | TooManyPrekeys | MailboxFull => StatusCode::CONFLICT,
+        | TooManyPrekeys | MailboxFull | TooManyDevices => StatusCode::CONFLICT,
         UserNotFound | ConversationNotFound | MessageNotFound | NotFound | PluginNotFound
         | GroupNotFound | TargetNotMember | RequestNotFound | NotFriends | DeviceNotFound => {
             StatusCode::NOT_FOUND

@@ -307,7 +307,7 @@ fn own_errors(key: &str) -> &'static [Code] {
         "POST /v1/auth/login" => &[InvalidCredentials, RateLimited, Busy],
         "POST /v1/auth/logout" | "POST /v1/auth/revoke-all" => &[],
         "DELETE /v1/account" => &DELETE_OWN,
-        "GET /v1/ws" => &[BadRequest, DeviceRemoved],
+        "GET /v1/ws" => &[BadRequest, DeviceRemoved, TooManyDevices],
         "POST /v1/messages" => &SEND,
         "GET /v1/conversations" => &[BadRequest],
         "GET /v1/conversations/{id}"
@@ -316,7 +316,7 @@ fn own_errors(key: &str) -> &'static [Code] {
         | "POST /v1/conversations/{id}/received"
         | "PUT /v1/conversations/{id}/notifications" => CONVERSATION,
         "GET /v1/devices" => &[],
-        "POST /v1/devices" => &[BadRequest],
+        "POST /v1/devices" => &[BadRequest, TooManyDevices],
         "DELETE /v1/devices/{deviceId}"
         | "PUT /v1/devices/{deviceId}/push"
         | "DELETE /v1/devices/{deviceId}/push"

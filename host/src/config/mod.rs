@@ -162,6 +162,8 @@ pub struct MessagingConfig {
     pub recall_window_secs: u64,
     /// Most members a group or channel may have, the owner included.
     pub max_group_members: u32,
+    /// Most devices a user may have registered (removed ones do not count).
+    pub max_devices_per_user: u32,
     /// A user's friends are told of its presence at most once per this many seconds.
     pub presence_interval_secs: u64,
     /// Keep delivered positions: a device's `received` moves its user's position, a
@@ -408,6 +410,7 @@ impl Default for MessagingConfig {
         Self {
             recall_window_secs: 120,
             max_group_members: 2000,
+            max_devices_per_user: 100,
             presence_interval_secs: 2,
             delivery_receipts: true,
         }
@@ -698,6 +701,10 @@ impl Config {
                 self.messaging.max_group_members == 0,
             ),
             (
+                "messaging.max_devices_per_user must be positive",
+                self.messaging.max_devices_per_user == 0,
+            ),
+            (
                 "storage.url names no SQLite file (sqlite://FILE)",
                 self.storage
                     .url
@@ -882,6 +889,10 @@ mod tests {
             (
                 "[messaging]\nmax_group_members = 0\n",
                 "messaging.max_group_members must be positive",
+            ),
+            (
+                "[messaging]\nmax_devices_per_user = 0\n",
+                "messaging.max_devices_per_user must be positive",
             ),
             (
                 "[plugins.text]\nfuel_per_call = 9999\n",

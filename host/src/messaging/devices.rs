@@ -122,11 +122,19 @@ impl Core {
         let now = now_ms();
         match self
             .store
-            .device_connects(user_id, device_id, name, platform, now)
+            .device_connects(
+                user_id,
+                device_id,
+                name,
+                platform,
+                now,
+                i64::from(self.settings.max_devices),
+            )
             .await
             .map_err(unavailable)?
         {
             Seen::Removed => Err(removed()),
+            Seen::TooMany => Err(self.too_many_devices()),
             Seen::New | Seen::Known => {
                 self.last_seen.note(user_id, device_id, now);
                 Ok(())
@@ -141,6 +149,16 @@ impl Core {
             .device_removed(user_id, device_id)
             .await
             .unwrap_or(false)
+    }
+
+    fn too_many_devices(&self) -> Error {
+        Error::new(
+            Code::TooManyDevices,
+            format!(
+                "you have {} devices, the most a user may have: remove one first",
+                self.settings.max_devices
+            ),
+        )
     }
 
     /// A device's connection went away.
@@ -186,10 +204,21 @@ impl Core {
         name: Option<&str>,
         platform: Option<&str>,
     ) -> Result<DeviceInfo, Error> {
-        self.store
-            .register_device(user_id, device_id, name, platform, now_ms())
+        let registered = self
+            .store
+            .register_device(
+                user_id,
+                device_id,
+                name,
+                platform,
+                now_ms(),
+                i64::from(self.settings.max_devices),
+            )
             .await
             .map_err(unavailable)?;
+        if !registered {
+            return Err(self.too_many_devices());
+        }
         self.devices(user_id)
             .await?
             .into_iter()

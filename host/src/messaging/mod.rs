@@ -59,6 +59,8 @@ pub struct Settings {
     pub handshake_secs: u64,
     pub registration: bool,
     pub max_group_members: u32,
+    /// Most devices a user may have registered.
+    pub max_devices: u32,
     /// Delivered positions are kept (`received` frames count).
     pub receipts: bool,
     /// The key directory's and the mailboxes' bounds.

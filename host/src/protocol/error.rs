@@ -88,6 +88,7 @@ codes! {
     PrekeyIdTaken = "prekey_id_taken",
     TooManyPrekeys = "too_many_prekeys",
     MailboxFull = "mailbox_full",
+    TooManyDevices = "too_many_devices",
     Internal = "internal",
     /// WebSocket only: not JSON, no `type`, a bad `id`, binary data, a missing field.
     BadFrame = "bad_frame",

@@ -47,6 +47,7 @@ pub async fn start_core(config: &Config, registry: Arc<PluginRegistry>) -> anyho
         handshake_secs: config.gateway.handshake_secs,
         registration: config.auth.registration,
         max_group_members: config.messaging.max_group_members.max(1),
+        max_devices: config.messaging.max_devices_per_user.max(1),
         receipts: config.messaging.delivery_receipts,
         e2e: config.e2e.clone(),
         cache_max_age: config

@@ -33,6 +33,37 @@ pub enum Seen {
     Known,
     /// Its user removed it: it may not connect until registered again.
     Removed,
+    /// New, and its user has the most devices a user may have.
+    TooMany,
+}
+
+/// Whether `user_id` has room for `device_id` in the caller's transaction: it is one of
+/// theirs already (not removed), or they have fewer than `max` others. On PostgreSQL the
+/// user's row is locked first, so registrations racing each other count each other
+/// (SQLite's one writer takes them in turn).
+async fn room_for(
+    d: Dialect,
+    conn: &mut sqlx::AnyConnection,
+    user_id: &str,
+    device_id: &str,
+    max: i64,
+) -> sqlx::Result<bool> {
+    if d == Dialect::Postgres {
+        sqlx::query("SELECT 1 FROM users WHERE user_id = $1 FOR UPDATE")
+            .bind(user_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    }
+    let row = sqlx::query(
+        "SELECT COUNT(*), COALESCE(MAX(CASE WHEN device_id = $2 THEN 1 ELSE 0 END), 0) \
+         FROM devices WHERE user_id = $1 AND removed_at IS NULL",
+    )
+    .bind(user_id)
+    .bind(device_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let (held, this): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+    Ok(this == 1 || held < max)
 }
 
 /// Where an offline notice for a device goes.
@@ -44,9 +75,10 @@ pub struct PushTarget {
 }
 
 impl Store {
-    /// A device connecting: registered if it never was (with `name` and `platform`), its
-    /// name and platform updated when given and changed; `Removed` if its user removed it.
-    /// A read, and a write only for a new device or a changed name.
+    /// A device connecting: registered if it never was (with `name` and `platform`; when
+    /// its user has fewer than `max` devices), its name and platform updated when given
+    /// and changed; `Removed` if its user removed it. A read, and a write only for a new
+    /// device or a changed name.
     pub async fn device_connects(
         &self,
         user_id: &str,
@@ -54,6 +86,7 @@ impl Store {
         name: Option<&str>,
         platform: Option<&str>,
         now: i64,
+        max: i64,
     ) -> sqlx::Result<Seen> {
         let row = self
             .read_twice(|| async {
@@ -68,6 +101,10 @@ impl Store {
             })
             .await?;
         let Some(row) = row else {
+            let mut tx = self.write().begin().await?;
+            if !room_for(self.dialect, &mut tx, user_id, device_id, max).await? {
+                return Ok(Seen::TooMany);
+            }
             sqlx::query(
                 "INSERT INTO devices (user_id, device_id, name, platform, first_seen, last_seen) \
                  VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (user_id, device_id) DO NOTHING",
@@ -77,8 +114,9 @@ impl Store {
             .bind(name.unwrap_or(""))
             .bind(platform.unwrap_or(""))
             .bind(now)
-            .execute(self.write())
+            .execute(&mut *tx)
             .await?;
+            tx.commit().await?;
             return Ok(Seen::New);
         };
         if row.try_get::<Option<i64>, _>(2)?.is_some() {
@@ -153,7 +191,8 @@ impl Store {
     }
 
     /// Registers a device explicitly (or again, after its removal: then as new), with its
-    /// name and platform; a known device keeps those not given.
+    /// name and platform; a known device keeps those not given. `false`: it is not one of
+    /// the user's, who has `max` devices already.
     pub async fn register_device(
         &self,
         user_id: &str,
@@ -161,7 +200,12 @@ impl Store {
         name: Option<&str>,
         platform: Option<&str>,
         now: i64,
-    ) -> sqlx::Result<()> {
+        max: i64,
+    ) -> sqlx::Result<bool> {
+        let mut tx = self.write().begin().await?;
+        if !room_for(self.dialect, &mut tx, user_id, device_id, max).await? {
+            return Ok(false);
+        }
         sqlx::query(
             "INSERT INTO devices (user_id, device_id, name, platform, first_seen, last_seen) \
              VALUES ($1, $2, COALESCE($3, ''), COALESCE($4, ''), $5, $5) \
@@ -181,9 +225,10 @@ impl Store {
         .bind(name)
         .bind(platform)
         .bind(now)
-        .execute(self.write())
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The user's devices (not removed), by id.

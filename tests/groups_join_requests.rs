@@ -19,6 +19,7 @@ on_both!(
     dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips,
     a_join_body_is_optional_and_checked_like_every_body,
     a_member_adding_a_requester_answers_the_request,
+    a_deleted_requester_s_request_is_withdrawn,
 );
 
 /// `asker` asks to join the `approval` group `cid` with `body` (pending), then `owner` opens
@@ -404,6 +405,59 @@ async fn dissolving_rejects_pending_requests_and_no_op_changes_make_no_tips(b: B
     assert_eq!(answered[0]["data"]["requestId"], asked["requestId"]);
     s.expect_error("GET", &g(""), Some(&dave.token), None, 403, "not_a_member")
         .await;
+}
+
+/// A requester who deletes their account: the request goes, and the owner and admins, who
+/// heard of it, hear that it was withdrawn, by the alias (never the old id).
+async fn a_deleted_requester_s_request_is_withdrawn(b: Backend) {
+    let (_db, s) = setup(&b, "deleted-requester", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let dave = s.user("dave").await;
+    let cid = id_of(
+        &create(
+            &s,
+            &alice,
+            json!({"name": "W", "members": ["bob"], "joinPolicy": "approval"}),
+        )
+        .await,
+    );
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    ok(&s, &alice, "PUT", &g("/admins/bob"), None).await;
+    let asked = ok(
+        &s,
+        &dave,
+        "POST",
+        &g("/join"),
+        Some(json!({"message": "hi"})),
+    )
+    .await;
+    let before = [position(&s, &alice).await, position(&s, &bob).await];
+    let gone = ok(
+        &s,
+        &dave,
+        "DELETE",
+        "/v1/account",
+        Some(json!({"password": "password-of-"})),
+    )
+    .await;
+    let alias = gone["alias"].as_str().unwrap();
+    for (u, from) in [(&alice, before[0]), (&bob, before[1])] {
+        let ev = events_after(&s, u, from).await;
+        let told = named(&ev, "group.joinRequest");
+        assert_eq!(told.len(), 1, "{}: {ev:?}", u.id);
+        assert_eq!(
+            told[0]["data"],
+            json!({"conversationId": cid, "conversationType": 2,
+                "requestId": asked["requestId"], "userId": alias, "message": "hi",
+                "state": "withdrawn", "by": alias}),
+            "{}",
+            u.id
+        );
+        assert!(!json!(ev).to_string().contains("dave"), "{}: {ev:?}", u.id);
+    }
+    let pending = s.get(&alice, &g("/join-requests")).await;
+    assert_eq!(pending["requests"], json!([]), "{pending}");
 }
 
 /// `POST …/join` takes no body or a JSON one; a bad or oversized one gets the documented

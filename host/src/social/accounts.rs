@@ -12,7 +12,7 @@ use crate::auth::random_bytes;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
 use crate::store::accounts::{DELETED_PREFIX, rename_account};
-use crate::store::groups::Role;
+use crate::store::groups::{self, Role};
 
 impl Core {
     /// Deletes `user_id`'s account; its alias. Calling it again on a deleted account
@@ -104,9 +104,35 @@ impl Core {
         Ok(())
     }
 
+    /// Renames the account's rows to the alias; its pending join requests go, and the
+    /// owner and admins of each group they were for hear so (`group.joinRequest`,
+    /// `withdrawn`, by the alias), as they heard of the request.
     async fn rename(&self, user_id: &str, alias: &str) -> Result<(), Error> {
         self.change_within(false, |mut c| {
             Box::pin(async move {
+                let pending = groups::pending_join_requests_by(&mut c.tx, user_id).await?;
+                let mut told = Vec::with_capacity(pending.len());
+                for (id, conversation_type, r) in pending {
+                    let admins = groups::admins_in(&mut c.tx, id).await?;
+                    told.push((id, conversation_type, r, admins));
+                }
+                let mut to: Vec<&str> = told
+                    .iter()
+                    .flat_map(|t| t.3.iter().map(String::as_str))
+                    .collect();
+                to.sort_unstable();
+                to.dedup();
+                c.lock_streams(&to).await?;
+                for (id, conversation_type, r, admins) in &told {
+                    let data = json!({
+                        "conversationId": id, "conversationType": conversation_type,
+                        "requestId": r.request_id, "userId": alias, "message": r.message,
+                        "state": "withdrawn", "by": alias,
+                    });
+                    for admin in admins {
+                        c.streams.append(admin, "group.joinRequest", None, &data);
+                    }
+                }
                 rename_account(c.dialect, &mut c.tx, user_id, alias, c.now).await?;
                 Ok(((), c))
             })

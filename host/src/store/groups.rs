@@ -631,6 +631,26 @@ pub async fn save_join_request(
     Ok(())
 }
 
+/// A user's pending join requests in every group, with each group's conversation type
+/// (inside a change).
+pub async fn pending_join_requests_by(
+    conn: &mut AnyConnection,
+    user_id: &str,
+) -> sqlx::Result<Vec<(i64, i64, JoinRequest)>> {
+    sqlx::query(
+        "SELECT r.request_id, r.user_id, r.message, r.state, r.created_at, r.conversation_id, \
+         c.conversation_type FROM group_join_requests r \
+         JOIN conversations c ON c.conversation_id = r.conversation_id \
+         WHERE r.user_id = $1 AND r.state = 0 ORDER BY r.conversation_id",
+    )
+    .bind(user_id)
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(|r| Ok((r.try_get(5)?, r.try_get(6)?, join_request_from(r)?)))
+    .collect()
+}
+
 /// A group's pending join requests (inside a change).
 pub async fn pending_join_requests_in(
     conn: &mut AnyConnection,

@@ -34,14 +34,42 @@ pub enum TokenError {
 #[derive(Serialize, Deserialize)]
 struct Claims {
     sub: String,
+    #[serde(deserialize_with = "numeric_date")]
     exp: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_numeric_date"
+    )]
     nbf: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_numeric_date"
+    )]
     iat: Option<i64>,
     /// Makes every token this server issues unique, so logging one out leaves the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     jti: Option<String>,
+}
+
+/// A JWT NumericDate (RFC 7519): seconds, which may have a fraction; the whole seconds
+/// before it.
+fn numeric_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    whole_seconds(f64::deserialize(d)?)
+}
+
+fn some_numeric_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    Option::<f64>::deserialize(d)?
+        .map(whole_seconds)
+        .transpose()
+}
+
+fn whole_seconds<E: serde::de::Error>(secs: f64) -> Result<i64, E> {
+    if !secs.is_finite() || secs.abs() > 1e15 {
+        return Err(E::custom("a date out of range"));
+    }
+    Ok(secs.floor() as i64)
 }
 
 /// A token's identity for revocation: the first 16 bytes of its SHA-256.
@@ -370,6 +398,26 @@ mod tests {
         };
         let (token, _) = expired.issue("alice");
         assert_eq!(t.verify(&token), Err(TokenError::Expired));
+    }
+
+    #[test]
+    fn times_may_have_a_fraction() {
+        let t = Tokens::new(b"0123456789abcdef0123456789abcdef", 60);
+        let now = now_secs();
+        let signed = format!(
+            "{}.{}",
+            B64.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+            B64.encode(format!(
+                r#"{{"sub":"a","exp":{}.5,"iat":{}.25}}"#,
+                now + 60,
+                now - 1
+            ))
+        );
+        let mut mac = t.mac();
+        mac.update(signed.as_bytes());
+        let token = format!("{signed}.{}", B64.encode(mac.finalize().into_bytes()));
+        let v = t.verify(&token).unwrap();
+        assert_eq!((v.expires_at, v.issued_at), (now + 60, Some(now - 1)));
     }
 
     #[test]

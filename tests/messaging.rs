@@ -13,6 +13,7 @@ use common::server::{
 use serde_json::{Value, json};
 
 on_both!(
+    a_pull_gives_each_payload_as_stored,
     multi_device_delivery_and_echo,
     a_second_login_of_a_device_kicks_the_first_and_only_the_first,
     the_same_client_msg_id_at_once_on_two_connections_is_one_message,
@@ -1569,4 +1570,29 @@ async fn http_send_and_pull_paging(b: Backend) {
         (st, e["error"]["code"].as_str()),
         (400, Some("bad_request"))
     );
+}
+
+/// A pull writes each payload as stored, in the order its kind's plugin wrote the keys (as
+/// the push did), not parsed and printed again.
+async fn a_pull_gives_each_payload_as_stored(b: Backend) {
+    let (_db, s) = setup(&b, "pull-as-stored", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let body = json!({"clientMsgId": "f", "peerId": "bob", "conversationType": 1,
+        "contentType": 3, "payload": {"size": 3, "mime": "Text/Plain", "name": " a.txt ",
+            "url": "https://files.example/a"}});
+    let ack = common::server::ok(&s, &alice, "POST", "/v1/messages", Some(body)).await;
+    let cid = ack["conversationId"].as_i64().unwrap();
+    let auth = format!("Bearer {}", bob.token);
+    let pulled = common::server::request(
+        &s.addr,
+        "GET",
+        &format!("/v1/conversations/{cid}/messages?afterSeq=0"),
+        &[("Authorization", auth.as_str())],
+        "",
+    )
+    .await;
+    assert_eq!(pulled.status, 200, "{}", pulled.body);
+    let stored = r#""payload":{"url":"https://files.example/a","name":"a.txt","mime":"text/plain","size":3}"#;
+    assert!(pulled.body.contains(stored), "{}", pulled.body);
 }

@@ -74,7 +74,7 @@ pub async fn pull(
     User(user): User,
     path: IdPath,
     query: Result<Query<PullQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::MessagePage>, Error> {
     let id = conversation_id(path)?;
     let Query(q) = query.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let (direction, default) = match (q.after_seq, q.before_seq) {
@@ -119,13 +119,15 @@ pub async fn pull(
     } else {
         rows.into_iter().map(MessageView::from).collect()
     };
-    Ok(Json(json!({
-        "conversationId": id,
-        "conversationType": m.conversation_type,
-        "lastSeq": m.visible_end(),
-        "messages": messages,
-        "hasMore": has_more,
-    })))
+    // Written straight from the rows: each payload as stored, not parsed into a value
+    // and printed again.
+    Ok(Json(schema::MessagePage {
+        conversation_id: id,
+        conversation_type: m.conversation_type,
+        last_seq: m.visible_end(),
+        messages,
+        has_more,
+    }))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

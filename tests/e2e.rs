@@ -27,6 +27,7 @@ on_both!(
     a_rotated_signed_prekey_stays_for_its_grace,
     mailboxes_push_pull_and_forget,
     racing_resends_store_once_and_a_connection_s_sends_keep_their_order,
+    a_device_removed_while_sent_to_or_uploading_keeps_nothing,
     mailbox_entries_expire,
     the_example_leaves_no_plaintext_in_the_database,
 );
@@ -855,6 +856,71 @@ async fn racing_resends_store_once_and_a_connection_s_sends_keep_their_order(b: 
     assert_eq!(seqs, (6..46).collect::<Vec<i64>>());
     let page = s.get(&bob, "/v1/devices/phone/mailbox?limit=500").await;
     assert_eq!(page["entries"].as_array().unwrap().len(), 45, "{page}");
+}
+
+/// A device removed at the moment others send to it and it uploads keys: registered again,
+/// it has no entries and no keys, whichever came first (a send before the removal is
+/// dropped with the mailbox, one after it is `device_not_found`).
+async fn a_device_removed_while_sent_to_or_uploading_keeps_nothing(b: Backend) {
+    let (_db, s) = setup(&b, "e2e-removal-races", E2E).await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    ok(
+        &s,
+        &alice,
+        "POST",
+        "/v1/devices",
+        Some(json!({"deviceId": "phone"})),
+    )
+    .await;
+    let (server, sender, owner) = (&s, &alice, &bob);
+    for round in 0..10 {
+        let device = format!("r{round}");
+        ok(
+            &s,
+            &bob,
+            "POST",
+            "/v1/devices",
+            Some(json!({"deviceId": device})),
+        )
+        .await;
+        let path = format!("/v1/devices/{device}");
+        let sends = futures_util::future::join_all((0..3).map(|i| {
+            let body = json!({"deviceId": "phone", "clientMsgId": format!("{device}-{i}"),
+                "contentType": 10, "messages": [{"userId": "bob", "deviceId": device,
+                    "payload": envelope("phone", &device)}]});
+            async move { call(server, sender, "POST", "/v1/device-messages", Some(body)).await }
+        }));
+        let keys_path = format!("{path}/keys");
+        let upload = call(
+            server,
+            owner,
+            "PUT",
+            &keys_path,
+            Some(Keys::new().upload(1, 0..3)),
+        );
+        let removal = call(server, owner, "DELETE", &path, None);
+        let (sent, uploaded, removed) = tokio::join!(sends, upload, removal);
+        assert_eq!(removed.0, 200, "{removed:?}");
+        for (status, body) in sent.iter().chain([&uploaded]) {
+            assert!(
+                *status == 200 || body["error"]["code"] == "device_not_found",
+                "round {round}: {status} {body}"
+            );
+        }
+        ok(
+            &s,
+            &bob,
+            "POST",
+            "/v1/devices",
+            Some(json!({"deviceId": device})),
+        )
+        .await;
+        let mailbox = s.get(&bob, &format!("{path}/mailbox")).await;
+        assert_eq!(mailbox["entries"], json!([]), "round {round}: {mailbox}");
+        let keys = s.get(&bob, &format!("{path}/keys")).await;
+        assert_eq!(keys["uploaded"], false, "round {round}: {keys}");
+    }
 }
 
 async fn mailbox_entries_expire(b: Backend) {

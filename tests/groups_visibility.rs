@@ -21,6 +21,7 @@ on_both!(
     a_resend_in_a_group_reaches_no_later_member,
     a_former_members_list_stops_at_their_departure,
     leaving_ends_a_mute,
+    muting_notices_while_the_member_changes_is_answered,
     a_group_picture_can_be_removed,
 );
 
@@ -573,6 +574,49 @@ async fn a_group_picture_can_be_removed(b: Backend) {
     // Removed already: nothing changes, no tip.
     ok(&s, &alice, "PATCH", &g, Some(json!({"avatar": ""}))).await;
     assert_eq!(s.pull_all(&bob, cid).await.len(), 2);
+}
+
+/// A member muting a group's notices at the moment the owner kicks them, makes them an
+/// admin or mutes them in the group: each answer is one the docs give (200, or
+/// `403 not_a_member` after the kick), never a deadlock's `503`.
+async fn muting_notices_while_the_member_changes_is_answered(b: Backend) {
+    let (_db, s) = setup(&b, "group-notices-race", "").await;
+    let alice = s.user("alice").await;
+    let bob = s.user("bob").await;
+    let cid = id_of(&create(&s, &alice, json!({"name": "Races", "members": ["bob"]})).await);
+    let g = |rest: &str| format!("/v1/groups/{cid}{rest}");
+    let notices = format!("/v1/conversations/{cid}/notifications");
+    for round in 0..8 {
+        let muted = round % 2 == 0;
+        let (change, body) = match round % 3 {
+            0 => (g("/kick"), json!({"userIds": ["bob"]})),
+            1 => (g("/admins/bob"), Value::Null),
+            _ => (g("/mute"), json!({"userId": "bob", "until": 0})),
+        };
+        let method = if round % 3 == 1 { "PUT" } else { "POST" };
+        let body = (!body.is_null()).then_some(body);
+        let (mine, theirs) = tokio::join!(
+            call(&s, &bob, "PUT", &notices, Some(json!({"muted": muted}))),
+            call(&s, &alice, method, &change, body),
+        );
+        assert_eq!(theirs.0, 200, "round {round}: {theirs:?}");
+        assert!(
+            mine.0 == 200 || mine.1["error"]["code"] == "not_a_member",
+            "round {round}: {mine:?}"
+        );
+        if round % 3 == 0 {
+            ok(
+                &s,
+                &alice,
+                "POST",
+                &g("/members"),
+                Some(json!({"userIds": ["bob"]})),
+            )
+            .await;
+        } else if round % 3 == 1 {
+            ok(&s, &alice, "DELETE", &g("/admins/bob"), None).await;
+        }
+    }
 }
 
 /// A member's mute of a group's notices ends when they leave: the entry says so, and a

@@ -904,9 +904,39 @@ async fn logins_are_rate_limited_per_address_and_per_account() {
 
 on_both!(
     logout_and_revoke_all_end_tokens_and_their_connections,
+    connections_racing_a_logout_are_closed,
     a_deleted_account_is_never_shown_by_its_name,
     a_deletion_its_tip_kind_cannot_write_changes_nothing,
 );
+
+/// Connections opened with a token at the moment it is logged out: each is refused (401)
+/// or, if it got its hello, closed with 4003 after it — none stays.
+async fn connections_racing_a_logout_are_closed(b: Backend) {
+    let (_db, s) = setup(&b, "logout-race", "").await;
+    s.user("alice").await;
+    for round in 0..10 {
+        let token = s.login("alice").await.token;
+        let devices: Vec<String> = (0..3).map(|i| format!("d{round}-{i}")).collect();
+        let connects =
+            futures_util::future::join_all(devices.iter().map(|d| Ws::connect(&s.addr, &token, d)));
+        let logout = s.http("POST", "/v1/auth/logout", Some(&token), None);
+        let (connected, (status, body)) = tokio::join!(connects, logout);
+        assert_eq!(status, 200, "{body}");
+        for ws in connected {
+            match ws {
+                Err(status) => assert_eq!(status, 401, "round {round}"),
+                Ok(mut ws) => {
+                    let (code, frames) = ws.closed().await;
+                    assert_eq!(code, Some(4003), "round {round}: {frames:?}");
+                    assert!(
+                        frames.iter().any(|f| f["type"] == "kicked"),
+                        "round {round}: {frames:?}"
+                    );
+                }
+            }
+        }
+    }
+}
 
 /// While the kind of the tips a deletion writes is switched off, the deletion is refused
 /// before anything changes; once it is on again, the deletion goes through.

@@ -262,6 +262,10 @@ impl Core {
                             e2e.one_time_prekeys_max
                         ),
                     ),
+                    UploadRefused::NoDevice => Error::new(
+                        Code::DeviceNotFound,
+                        format!("you have no device {device_id:?}"),
+                    ),
                 });
             }
         };

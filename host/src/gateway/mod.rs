@@ -257,15 +257,27 @@ async fn run(
     // hello reaches it; pushes wait in the outbox until the hello is out.
     let first = hub.register(device.clone());
     links.connected(&device, first).await;
-    // A removal that committed after the upgrade's check closed the device before it was
-    // here to close: it is closed now.
-    if core
+    // A removal, revocation or deletion that committed after the upgrade's checks closed
+    // the device's connections before this one was here to close: it is closed now, after
+    // its hello (always the first frame).
+    let refused = match core
         .device_was_removed(&device.user_id, &device.device_id)
         .await
     {
+        true => Some(Close::DeviceRemoved),
+        false => {
+            core.refused_now(&device.user_id, device.token, device.issued_at)
+                .await
+        }
+    };
+    if let Some(why) = refused {
         leave(&hub, &*links, &device).await;
         core.device_left(&device.user_id, &device.device_id);
-        let goodbye = Box::pin(say_goodbye(&mut socket, Close::DeviceRemoved, &device));
+        let goodbye = Box::pin(async {
+            telemetry::frame_out(&hello);
+            let _ = socket.send(Message::Text(hello.clone())).await;
+            say_goodbye(&mut socket, why, &device).await;
+        });
         let _ = tokio::time::timeout(GOODBYE, goodbye).await;
         return;
     }

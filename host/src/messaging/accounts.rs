@@ -187,6 +187,31 @@ impl Core {
         Ok(out)
     }
 
+    /// Why a connection that just registered may not stay, if it may not: what this node
+    /// knows of the account (a deletion marks it first) and the account read again from
+    /// the database (a revocation that committed after the upgrade's check, whose closes
+    /// went out before this connection was there). The read is not cached: a revocation
+    /// racing it may have written the cache since.
+    pub async fn refused_now(
+        &self,
+        user_id: &str,
+        token: TokenId,
+        issued_at: Option<i64>,
+    ) -> Option<Close> {
+        let known = self
+            .accounts
+            .lock()
+            .expect("accounts")
+            .get(user_id)
+            .and_then(|a| a.value.refuses(token, issued_at));
+        if known.is_some() {
+            return known;
+        }
+        // A read that fails leaves the connection as the upgrade admitted it.
+        let row = self.store.account(user_id).await.ok()?;
+        Account::from_row(row).refuses(token, issued_at)
+    }
+
     /// The cut-off a new token of `user_id` must meet (`Tokens::issue_from`).
     pub fn tokens_valid_from(&self, user_id: &str) -> i64 {
         self.accounts

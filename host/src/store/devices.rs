@@ -345,6 +345,16 @@ impl Store {
         conversation_id: i64,
         muted: bool,
     ) -> sqlx::Result<bool> {
+        let mut tx = self.write().begin().await?;
+        // The member trigger moves the conversation's version: its row is locked first, in
+        // the order every change of a conversation's members takes (head, then members),
+        // or a group change racing this one deadlocks with it (PostgreSQL).
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SELECT 1 FROM conversations WHERE conversation_id = $1 FOR UPDATE")
+                .bind(conversation_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        }
         let done = sqlx::query(
             "UPDATE members SET push_muted = $3 \
              WHERE conversation_id = $1 AND user_id = $2 AND left_at_seq IS NULL",
@@ -352,8 +362,9 @@ impl Store {
         .bind(conversation_id)
         .bind(user_id)
         .bind(i64::from(muted))
-        .execute(self.write())
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 

@@ -97,6 +97,8 @@ pub enum UploadRefused {
     PrekeyIdTaken(&'static str, i64),
     /// More one-time prekeys than a device may hold (how many it holds).
     TooMany(i64),
+    /// The device was removed (while the upload waited for its lock).
+    NoDevice,
 }
 
 /// What a device's keys are after an upload.
@@ -152,7 +154,9 @@ pub async fn upload(
     now: i64,
 ) -> sqlx::Result<Result<KeysState, UploadRefused>> {
     let (max_one_time, grace_ms) = limits;
-    lock_device(d, conn, user_id, device_id).await?;
+    if !lock_device(d, conn, user_id, device_id).await? {
+        return Ok(Err(UploadRefused::NoDevice));
+    }
     let existing = sqlx::query(&format!(
         "SELECT {KEY_COLUMNS} FROM device_keys WHERE user_id = $1 AND device_id = $2"
     ))
@@ -303,21 +307,26 @@ pub async fn upload(
     }))
 }
 
-/// Locks a device's row (PostgreSQL; SQLite's one writer already serializes).
+/// Locks a device's row (PostgreSQL; SQLite's one writer already serializes); whether the
+/// device is there, not removed, once locked.
 async fn lock_device(
     d: Dialect,
     conn: &mut AnyConnection,
     user_id: &str,
     device_id: &str,
-) -> sqlx::Result<()> {
-    if d == Dialect::Postgres {
-        sqlx::query("SELECT 1 FROM devices WHERE user_id = $1 AND device_id = $2 FOR UPDATE")
-            .bind(user_id)
-            .bind(device_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    }
-    Ok(())
+) -> sqlx::Result<bool> {
+    let lock = match d {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    };
+    let removed: Option<Option<i64>> = sqlx::query_scalar(&format!(
+        "SELECT removed_at FROM devices WHERE user_id = $1 AND device_id = $2{lock}"
+    ))
+    .bind(user_id)
+    .bind(device_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(matches!(removed, Some(None)))
 }
 
 /// Claims a bundle of each of a user's devices that has keys (and is not removed), in the

@@ -101,12 +101,17 @@ pub async fn send(
         .iter()
         .map(|t| (t.user_id.as_str(), t.device_id.as_str()))
         .collect();
+    // Shared locks on PostgreSQL: a removal of one of them (which drops its mailbox's
+    // entries) waits for this send, or this send for it and then finds it removed.
     let known: HashSet<(String, String)> = sqlx::query(&super::lookup(
         d,
         "user_id, device_id",
         "devices",
         &[("user_id", false), ("device_id", false)],
-        "AND removed_at IS NULL",
+        match d {
+            Dialect::Postgres => "AND removed_at IS NULL FOR SHARE",
+            Dialect::Sqlite => "AND removed_at IS NULL",
+        },
     ))
     .bind(json(&keys))
     .fetch_all(&mut *conn)

@@ -46,6 +46,29 @@ impl StreamWriter {
         if new.is_empty() {
             return Ok(());
         }
+        // A stream created here can be dropped by a deletion committing between the two
+        // statements (the deleted account's own): created and locked once more then,
+        // a bounded number of times.
+        for _ in 0..3 {
+            self.lock_existing(d, conn, &new).await?;
+            new.retain(|u| !self.heads.contains_key(*u));
+            if new.is_empty() {
+                return Ok(());
+            }
+        }
+        Err(sqlx::Error::Protocol(format!(
+            "the user streams of {new:?} went away while being locked"
+        )))
+    }
+
+    /// Creates the streams of `new` (sorted, none locked yet) that are missing and locks
+    /// them all.
+    async fn lock_existing(
+        &mut self,
+        d: Dialect,
+        conn: &mut AnyConnection,
+        new: &[&str],
+    ) -> sqlx::Result<()> {
         // The users as one JSON argument: one statement of one shape each, whatever their
         // number (a list of placeholders was a shape per count, in chunks).
         let users = json(&new.iter().map(|u| [*u]).collect::<Vec<_>>());

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 on_both!(
     a_pull_gives_each_payload_as_stored,
+    a_first_message_refused_by_a_racing_block_makes_no_conversation,
     multi_device_delivery_and_echo,
     a_second_login_of_a_device_kicks_the_first_and_only_the_first,
     the_same_client_msg_id_at_once_on_two_connections_is_one_message,
@@ -1595,4 +1596,41 @@ async fn a_pull_gives_each_payload_as_stored(b: Backend) {
     assert_eq!(pulled.status, 200, "{}", pulled.body);
     let stored = r#""payload":{"url":"https://files.example/a","name":"a.txt","mime":"text/plain","size":3}"#;
     assert!(pulled.body.contains(stored), "{}", pulled.body);
+}
+
+/// A block and the blocked user's first message to the blocker at the same moment: the
+/// message is stored (the block came after) or refused `blocked` — and then neither user
+/// has a conversation, as when the block came first.
+async fn a_first_message_refused_by_a_racing_block_makes_no_conversation(b: Backend) {
+    let (_db, s) = setup(&b, "block-race", "").await;
+    for round in 0..12 {
+        let blocker = s.user(&format!("blocker{round}")).await;
+        let sender = s.user(&format!("sender{round}")).await;
+        let path = format!("/v1/blocks/{}", sender.id);
+        let body = json!({"clientMsgId": "first", "peerId": blocker.id, "conversationType": 1,
+            "contentType": 1, "payload": {"text": "hi"}});
+        let (blocked, (status, answer)) = tokio::join!(
+            s.http("PUT", &path, Some(&blocker.token), None),
+            s.http("POST", "/v1/messages", Some(&sender.token), Some(body)),
+        );
+        assert_eq!(blocked.0, 200, "round {round}: {blocked:?}");
+        let lists = [
+            s.get(&blocker, "/v1/conversations").await,
+            s.get(&sender, "/v1/conversations").await,
+        ];
+        let counts: Vec<usize> = lists
+            .iter()
+            .map(|l| l["conversations"].as_array().unwrap().len())
+            .collect();
+        match status {
+            200 => assert_eq!(counts, [1, 1], "round {round}: {lists:?}"),
+            _ => {
+                assert_eq!(
+                    answer["error"]["code"], "blocked",
+                    "round {round}: {answer}"
+                );
+                assert_eq!(counts, [0, 0], "round {round}: {lists:?}");
+            }
+        }
+    }
 }

@@ -14,7 +14,7 @@ use crate::protocol::Refused;
 use crate::store::batch::{
     BatchError, ByConversation, Created, Found, Head, Heads, Members, Pair, Pending,
     RecipientCache, Stored, Writes, acc_at, committing, complete, create_pairs, creation_locks,
-    lock_first, pair, read_position, recall_target, recalled_counting, write,
+    lock_first, pair, read_position, recall_target, recalled_counting, uncreate_pairs, write,
 };
 use crate::store::social::blocked_pairs_locking;
 use crate::store::sync::unread;
@@ -400,7 +400,43 @@ impl Targets {
             create.sort();
             create.dedup();
             let mut made = create_pairs(d, conn, &create, now).await?;
-            missing.extend(create.into_iter().filter(|p| !made.ids.contains_key(p)));
+            missing.extend(
+                create
+                    .iter()
+                    .filter(|p| !made.ids.contains_key(*p))
+                    .cloned(),
+            );
+            // A block that committed while the statement above waited for the pairs'
+            // locks is missed by it (its snapshot is older) and copied into the new member
+            // rows by the creating statement: a pair whose every first send here its peer
+            // blocks is for refused sends only, and is undone (PostgreSQL; rare).
+            let late: Vec<(Pair, i64)> = made
+                .ids
+                .iter()
+                .filter(|(p, id)| {
+                    let blockers = made.members.get(*id).map(|m| m.blockers.as_slice());
+                    first
+                        .iter()
+                        .filter(|(peer, sender)| pair(sender, peer) == **p)
+                        .all(|(peer, _)| blockers.is_some_and(|b| b.contains(peer)))
+                })
+                .map(|(p, id)| (p.clone(), *id))
+                .collect();
+            if !late.is_empty() {
+                let ids: Vec<i64> = late.iter().map(|(_, id)| *id).collect();
+                uncreate_pairs(conn, &ids).await?;
+                for (p, id) in &late {
+                    made.ids.remove(p);
+                    made.heads.remove(id);
+                    made.members.remove(id);
+                }
+                blocked_by_peer.extend(
+                    first
+                        .iter()
+                        .filter(|(peer, sender)| late.iter().any(|(p, _)| *p == pair(sender, peer)))
+                        .cloned(),
+                );
+            }
             by_pair.extend(made.ids.drain());
             created.heads.extend(made.heads);
             created.members.extend(made.members);

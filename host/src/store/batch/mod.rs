@@ -16,7 +16,8 @@ pub use heads::{Found, complete, lock_first};
 pub use messages::{Heads, RecallTarget, Writes, Written, recall_target, write};
 pub(crate) use pairs::sharing_locks;
 pub use pairs::{
-    Created, create_pairs, creation_locks, find_pairs, pair_lock, resolve_pairs, user_lock,
+    Created, create_pairs, creation_locks, find_pairs, pair_lock, resolve_pairs, uncreate_pairs,
+    user_lock,
 };
 pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting};
 

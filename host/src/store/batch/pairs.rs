@@ -30,6 +30,9 @@ pub struct Created {
 /// (`creation_locks`) in a statement before the ones that create the conversation (whose
 /// snapshots then follow it); a block takes it exclusively before it looks for the
 /// conversation; whichever comes second waits for the other's commit and sees its write.
+/// (The statement that takes the locks also reads the blocks, with a snapshot from before
+/// its wait: a block that committed meanwhile is seen only in the new member rows, and
+/// the batch undoes a conversation made for refused sends alone, `uncreate_pairs`.)
 /// SQLite has one writer, which orders them already.
 ///
 /// Pairs share `LOCK_KEYS` keys (64-bit FNV-1a of both ids, the same on every node), so
@@ -142,6 +145,20 @@ pub async fn resolve_pairs(
         .collect();
     found.extend(create_pairs(d, conn, &missing, now).await?.ids);
     Ok(found)
+}
+
+/// Removes private conversations this transaction just created (no message in them yet):
+/// their members, pairs and heads.
+pub async fn uncreate_pairs(conn: &mut AnyConnection, ids: &[i64]) -> sqlx::Result<()> {
+    for id in ids {
+        for table in ["members", "private_pairs", "conversations"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE conversation_id = $1"))
+                .bind(*id)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    Ok(())
 }
 
 /// What a batch's new private conversations write, from `p(lo, hi, id)` (the pairs and

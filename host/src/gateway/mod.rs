@@ -761,18 +761,14 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
                 ),
             ),
             Ok(req) => {
-                let (core, conn) = (core.clone(), device.clone());
-                let device = conn.clone();
-                conn.in_turn(async move {
+                let (core, to) = (core.clone(), device.clone());
+                device.in_turn(async move {
                     let id = req.id.clone();
-                    let frame = match core
-                        .send_to_devices(&device.user_id, &device.device_id, req)
-                        .await
-                    {
+                    let frame = match core.send_to_devices(&to.user_id, &to.device_id, req).await {
                         Ok(ack) => frames::ack(id.as_deref(), &ack),
                         Err(e) => frames::error(id.as_deref(), &e),
                     };
-                    device.answer(frame);
+                    to.answer(frame);
                 });
             }
             Err(e) => reply_err(

@@ -10,7 +10,7 @@ use sqlx::AnyConnection;
 
 pub use super::known::{Decided, Known};
 use super::rules::{SendView, may_send};
-use crate::protocol::Refused;
+use crate::protocol::{Refused, ordered};
 use crate::store::batch::{
     BatchError, ByConversation, Created, Found, Head, Heads, Members, Pair, Pending,
     RecipientCache, Stored, Writes, acc_at, committing, complete, create_pairs, creation_locks,
@@ -410,17 +410,23 @@ impl Targets {
             // locks is missed by it (its snapshot is older) and copied into the new member
             // rows by the creating statement: a pair whose every first send here its peer
             // blocks is for refused sends only, and is undone (PostgreSQL; rare).
+            // Only a new pair with a blocker is looked at (almost never), so the common
+            // batch pays one look per new pair.
+            let of = |p: &Pair, (peer, sender): &(String, String)| {
+                ordered((sender.as_str(), peer.as_str())) == (p.0.as_str(), p.1.as_str())
+            };
             let late: Vec<(Pair, i64)> = made
                 .ids
                 .iter()
-                .filter(|(p, id)| {
-                    let blockers = made.members.get(*id).map(|m| m.blockers.as_slice());
-                    first
-                        .iter()
-                        .filter(|(peer, sender)| pair(sender, peer) == **p)
-                        .all(|(peer, _)| blockers.is_some_and(|b| b.contains(peer)))
+                .filter_map(|(p, id)| {
+                    let blockers = &made.members.get(id)?.blockers;
+                    let refused_only = !blockers.is_empty()
+                        && first
+                            .iter()
+                            .filter(|s| of(p, s))
+                            .all(|(peer, _)| blockers.contains(peer));
+                    refused_only.then(|| (p.clone(), *id))
                 })
-                .map(|(p, id)| (p.clone(), *id))
                 .collect();
             if !late.is_empty() {
                 let ids: Vec<i64> = late.iter().map(|(_, id)| *id).collect();
@@ -433,7 +439,7 @@ impl Targets {
                 blocked_by_peer.extend(
                     first
                         .iter()
-                        .filter(|(peer, sender)| late.iter().any(|(p, _)| *p == pair(sender, peer)))
+                        .filter(|s| late.iter().any(|(p, _)| of(p, s)))
                         .cloned(),
                 );
             }

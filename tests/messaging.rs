@@ -1573,8 +1573,8 @@ async fn http_send_and_pull_paging(b: Backend) {
     );
 }
 
-/// A pull writes each payload as stored, in the order its kind's plugin wrote the keys (as
-/// the push did), not parsed and printed again.
+/// A pull, the overview and a conversation's entry write each payload as stored, in the
+/// order its kind's plugin wrote the keys (as the push did), not parsed and printed again.
 async fn a_pull_gives_each_payload_as_stored(b: Backend) {
     let (_db, s) = setup(&b, "pull-as-stored", "").await;
     let alice = s.user("alice").await;
@@ -1585,17 +1585,24 @@ async fn a_pull_gives_each_payload_as_stored(b: Backend) {
     let ack = common::server::ok(&s, &alice, "POST", "/v1/messages", Some(body)).await;
     let cid = ack["conversationId"].as_i64().unwrap();
     let auth = format!("Bearer {}", bob.token);
-    let pulled = common::server::request(
-        &s.addr,
-        "GET",
-        &format!("/v1/conversations/{cid}/messages?afterSeq=0"),
-        &[("Authorization", auth.as_str())],
-        "",
-    )
-    .await;
-    assert_eq!(pulled.status, 200, "{}", pulled.body);
     let stored = r#""payload":{"url":"https://files.example/a","name":"a.txt","mime":"text/plain","size":3}"#;
-    assert!(pulled.body.contains(stored), "{}", pulled.body);
+    // The overview's and the conversation's last message are the same bytes.
+    for path in [
+        format!("/v1/conversations/{cid}/messages?afterSeq=0"),
+        "/v1/conversations".to_string(),
+        format!("/v1/conversations/{cid}"),
+    ] {
+        let answer = common::server::request(
+            &s.addr,
+            "GET",
+            &path,
+            &[("Authorization", auth.as_str())],
+            "",
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        assert!(answer.body.contains(stored), "{path}: {}", answer.body);
+    }
 }
 
 /// A block and the blocked user's first message to the blocker at the same moment: the

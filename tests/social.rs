@@ -27,6 +27,7 @@ on_both!(
     a_block_made_before_the_first_message_holds,
     a_block_and_a_first_message_at_once_agree,
     a_deletion_and_a_first_message_to_it_at_once_agree,
+    a_deletion_and_the_account_s_own_changes_at_once_leave_nothing,
     ids_with_dots_and_at_signs_are_users_everywhere,
 );
 
@@ -1840,6 +1841,81 @@ async fn a_deletion_and_a_first_message_to_it_at_once_agree(b: Backend) {
         "a deleted id outlived its deletion: {wrong:#?}"
     );
     println!("{accepted} of {PAIRS} first messages came before their deletion");
+}
+
+/// An account deleted while it creates a group with another user and sends them a friend
+/// request, pair after pair: each change is made before the deletion, and ended by it like
+/// the account's other groups and requests, or refused `account_deleted`. Afterwards the
+/// other user is in no active group owned by the alias, has no pending request from it,
+/// and nothing in their user stream or the group's messages names the old id.
+async fn a_deletion_and_the_account_s_own_changes_at_once_leave_nothing(b: Backend) {
+    const PAIRS: usize = 48;
+    let (_db, s) = setup(&b, "delete-own-race", "").await;
+    let users = user_pairs(&s, PAIRS, "doomed", "other").await;
+    let mut made = 0;
+    // One pair at a time, the changes started a little later each time (0 to 15 ms), so
+    // that they meet the deletion at different points.
+    for (i, (doomed, other)) in users.iter().enumerate() {
+        let path = format!("/admin/users/{}", doomed.id);
+        let server = &s;
+        let later = move |ms: u64, path: &'static str, body: Value| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            call(server, doomed, "POST", path, Some(body)).await
+        };
+        let group = json!({"name": "mine", "members": [other.id]});
+        let request = json!({"userId": other.id});
+        let (deleted, created, requested) = tokio::join!(
+            s.http("DELETE", &path, Some(ADMIN_TOKEN), None),
+            later(i as u64 % 16, "/v1/groups", group),
+            later(i as u64 * 7 % 16, "/v1/friends/requests", request),
+        );
+        assert_eq!(deleted.0, 200, "deleting {}: {}", doomed.id, deleted.1);
+        for (what, (status, answer)) in [("group", created), ("request", requested)] {
+            match status {
+                200 => made += 1,
+                401 if answer["error"]["code"] == "account_deleted" => {}
+                _ => panic!("{}'s {what}: {status} {answer}", doomed.id),
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (doomed, other) in &users {
+        let old = format!("\"{}\"", doomed.id);
+        for g in s.get(other, "/v1/groups").await["groups"]
+            .as_array()
+            .unwrap()
+        {
+            if g["state"] == "active" && g["ownerId"] != other.id.as_str() {
+                wrong.push(format!("{} is in a group owned by another: {g}", other.id));
+            }
+            let id = g["conversationId"].as_i64().unwrap();
+            let tips = s
+                .get(
+                    other,
+                    &format!("/v1/conversations/{id}/messages?afterSeq=0"),
+                )
+                .await;
+            if tips.to_string().contains(&old) {
+                wrong.push(format!("the group's messages name {}: {tips}", doomed.id));
+            }
+        }
+        let requests = pending(&s, other, "in").await;
+        if !requests.is_empty() {
+            wrong.push(format!("{} has requests pending: {requests:?}", other.id));
+        }
+        let events = events_after(&s, other, 0).await;
+        if serde_json::to_string(&events).unwrap().contains(&old) {
+            wrong.push(format!(
+                "{}'s stream names {}: {events:#?}",
+                other.id, doomed.id
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "changes racing a deletion outlived it: {wrong:#?}"
+    );
+    println!("{made} of {} changes came before their deletion", 2 * PAIRS);
 }
 
 /// `n` pairs of new users, `{a}{i}` and `{b}{i}`.

@@ -152,22 +152,20 @@ fn previewed(registry: &PluginRegistry, row: MessageRow) -> MessageView {
     view
 }
 
-fn overview_view(s: &AppState, r: OverviewRow) -> Value {
-    let last = r
-        .last_message
-        .map(|m| serde_json::to_value(previewed(&s.registry, m)).unwrap_or(Value::Null));
-    json!({
-        "conversationId": r.conversation_id,
-        "conversationType": r.conversation_type,
-        "peerId": r.peer_id,
-        "lastSeq": r.last_seq,
-        "readSeq": r.read_seq,
-        "unread": r.unread,
-        "lastTime": r.last_time,
-        "member": r.member,
-        "muted": r.muted,
-        "lastMessage": last,
-    })
+/// An overview entry, written straight from the row: the last message's payload as stored.
+fn overview_view(s: &AppState, r: OverviewRow) -> schema::ConversationEntry {
+    schema::ConversationEntry {
+        conversation_id: r.conversation_id,
+        conversation_type: r.conversation_type,
+        peer_id: r.peer_id,
+        last_seq: r.last_seq,
+        read_seq: r.read_seq,
+        unread: r.unread,
+        last_time: r.last_time,
+        member: r.member,
+        muted: r.muted,
+        last_message: r.last_message.map(|m| previewed(&s.registry, m)),
+    }
 }
 
 #[utoipa::path(get, path = "/v1/conversations", tag = "sync", security(("userToken" = [])),
@@ -176,7 +174,7 @@ pub async fn overview(
     State(s): State<AppState>,
     User(user): User,
     query: Result<Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::Overview>, Error> {
     let Query(q) = query.map_err(|e| Error::bad_request(format!("bad query: {e}")))?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=200).contains(&limit) {
@@ -204,12 +202,15 @@ pub async fn overview(
         .flatten();
     // Previews run plugins: off the async workers.
     let state = s.clone();
-    let list: Vec<Value> = tokio::task::spawn_blocking(move || {
+    let conversations = tokio::task::spawn_blocking(move || {
         rows.into_iter().map(|r| overview_view(&state, r)).collect()
     })
     .await
     .map_err(|e| Error::internal(e.to_string()))?;
-    Ok(Json(json!({ "conversations": list, "nextCursor": next })))
+    Ok(Json(schema::Overview {
+        conversations,
+        next_cursor: next,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/conversations/{id}", tag = "sync", security(("userToken" = [])),
@@ -218,7 +219,7 @@ pub async fn one(
     State(s): State<AppState>,
     User(user): User,
     path: IdPath,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<schema::ConversationEntry>, Error> {
     let id = conversation_id(path)?;
     let row = s
         .core

@@ -53,25 +53,6 @@ pub struct DeletedAnswer {
 
 // ---- sync
 
-/// A conversation's last message: a pulled message with the kind's preview.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LastMessage {
-    pub conversation_type: u8,
-    pub conversation_id: i64,
-    pub seq: i64,
-    pub msg_id: String,
-    pub sender_id: String,
-    pub content_type: u32,
-    /// `null` once recalled.
-    #[schema(required = true)]
-    pub payload: Option<Value>,
-    pub server_time: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub recalled_by: Option<i64>,
-    pub preview: String,
-}
-
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConversationEntry {
@@ -87,8 +68,9 @@ pub struct ConversationEntry {
     pub member: bool,
     /// You muted this conversation's offline notices (`PUT …/notifications`).
     pub muted: bool,
+    /// The last message visible to you, as a pull gives it, with its kind's `preview`.
     #[schema(required = true)]
-    pub last_message: Option<LastMessage>,
+    pub last_message: Option<MessageView>,
 }
 
 #[derive(Serialize, ToSchema)]

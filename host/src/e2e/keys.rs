@@ -338,7 +338,7 @@ impl Core {
         let claimed = self
             .change(|mut c| {
                 Box::pin(async move {
-                    if !crate::store::social::user_exists(&mut c.tx, target).await? {
+                    if !c.named(claimer, &[target]).await?.contains(target) {
                         return Err(Refused::UserNotFound(target.to_string()).into());
                     }
                     // A user who blocks the claimer hands out nothing to them.

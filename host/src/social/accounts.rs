@@ -13,6 +13,7 @@ use crate::messaging::Core;
 use crate::protocol::{Code, Error};
 use crate::store::accounts::{DELETED_PREFIX, rename_account};
 use crate::store::groups::{self, Role};
+use crate::store::social::lock_account;
 
 impl Core {
     /// Deletes `user_id`'s account; its alias. Calling it again on a deleted account
@@ -110,6 +111,8 @@ impl Core {
     async fn rename(&self, user_id: &str, alias: &str) -> Result<(), Error> {
         self.change_within(false, |mut c| {
             Box::pin(async move {
+                // First: a change naming the account comes wholly before or after this.
+                lock_account(c.dialect, &mut c.tx, user_id).await?;
                 let pending = groups::pending_join_requests_by(&mut c.tx, user_id).await?;
                 let mut told = Vec::with_capacity(pending.len());
                 for (id, conversation_type, r) in pending {

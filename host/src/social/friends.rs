@@ -49,7 +49,7 @@ impl Core {
         message: &str,
     ) -> Result<(Value, Change), OpError> {
         let now = c.now;
-        if !q::user_exists(&mut c.tx, to).await? {
+        if !c.named(me, &[to]).await?.contains(to) {
             return Err(Refused::UserNotFound(to.to_string()).into());
         }
         c.lock_streams(&[me, to]).await?;
@@ -190,11 +190,26 @@ impl Core {
         if !mine {
             return Err(not_found().into());
         }
+        let other = if found.from_user == me {
+            &found.to_user
+        } else {
+            &found.from_user
+        };
+        let other_live = c.named(me, &[other]).await?.contains(other);
         c.lock_streams(&[&found.from_user, &found.to_user]).await?;
-        // Read again under the locks: a concurrent decision may have come first.
+        // Read again under the locks: a concurrent decision may have come first, or the
+        // other's deletion, which ends the request.
         let r = q::request_by_id(&mut c.tx, request_id)
             .await?
             .ok_or_else(not_found)?;
+        let renamed = (&r.from_user, &r.to_user) != (&found.from_user, &found.to_user);
+        if renamed || (!other_live && decision == Decision::Accept) {
+            return Err(Error::new(
+                Code::RequestNotPending,
+                "the other account was deleted, which ends the request",
+            )
+            .into());
+        }
         if r.state != RequestState::Pending {
             return Err(Error::new(
                 Code::RequestNotPending,
@@ -243,6 +258,7 @@ impl Core {
         self.change(|mut c| {
             Box::pin(async move {
                 let now = c.now;
+                c.named(me, &[other]).await?;
                 c.lock_streams(&[me, other]).await?;
                 if !q::are_friends(&mut c.tx, me, other).await? {
                     return Err(Error::new(
@@ -276,7 +292,7 @@ impl Core {
         self.change(|mut c| {
             Box::pin(async move {
                 let now = c.now;
-                if !q::user_exists(&mut c.tx, other).await? {
+                if !c.named(me, &[other]).await?.contains(other) {
                     return Err(Refused::UserNotFound(other.to_string()).into());
                 }
                 c.lock_streams(&[me]).await?;

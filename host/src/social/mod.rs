@@ -1,6 +1,7 @@
 //! The social graph: friend requests, friendships, blocks, groups and channels.
 //!
-//! Each change is one transaction on the write pool: it locks what orders it (a group's
+//! Each change is one transaction on the write pool: it reads the users it names (`named`,
+//! ordering it with their accounts' deletions), locks what orders it (a group's
 //! head row, then the affected users' stream heads), checks the rules, writes the state,
 //! the tips (through their plugins, as the system) and the user-stream events, and commits.
 //! Only then are the tips and events pushed (`Effects`). A transaction that lost a race
@@ -11,6 +12,7 @@ mod friends;
 mod groups;
 pub mod presence;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,12 +94,39 @@ impl Change {
         self.streams.lock(self.dialect, &mut self.tx, users).await
     }
 
+    /// The users the change names, read first (`store::social::lock_users`): `actor` must
+    /// be able to act (its account not deleted; a deleted account's alias is its deletion
+    /// acting), and of `others`, those whose accounts exist and are not deleted come back.
+    pub async fn named(
+        &mut self,
+        actor: &str,
+        others: &[&str],
+    ) -> Result<HashSet<String>, OpError> {
+        named(self.dialect, &mut self.tx, actor, others).await
+    }
+
     /// Writes the events and commits.
     async fn commit(mut self) -> Result<Effects, OpError> {
         self.fx.events = self.streams.finish(self.dialect, &mut self.tx).await?;
         self.tx.commit().await.map_err(committing)?;
         Ok(self.fx)
     }
+}
+
+/// `Change::named`, on the change's transaction.
+pub(crate) async fn named(
+    d: Dialect,
+    tx: &mut sqlx::AnyConnection,
+    actor: &str,
+    others: &[&str],
+) -> Result<HashSet<String>, OpError> {
+    let mut users: Vec<&str> = others.to_vec();
+    users.push(actor);
+    let named = crate::store::social::lock_users(d, tx, &users).await?;
+    if !named.live.contains(actor) && !named.aliases.contains(actor) {
+        return Err(crate::messaging::account_deleted().into());
+    }
+    Ok(named.live)
 }
 
 impl Core {

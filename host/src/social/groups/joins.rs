@@ -52,6 +52,7 @@ impl Core {
         actor: &str,
     ) -> Result<Locked, OpError> {
         let d = self.store.dialect();
+        let named = c.named(actor, &[]).await?;
         let head = lock_head(d, &mut c.tx, id)
             .await?
             .filter(|h| h.conversation_type >= 2)
@@ -77,7 +78,12 @@ impl Core {
             muted_until: 0,
             joined_at: c.now,
         };
-        Ok(Locked { head, group, me })
+        Ok(Locked {
+            head,
+            group,
+            me,
+            named,
+        })
     }
 
     /// Joins an open group; a request from when it needed approval is answered by the
@@ -188,7 +194,7 @@ impl Core {
             Box::pin(async move {
                 let now = c.now;
                 let d = self.store.dialect();
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let mut l = self.lock_group(&mut c.tx, id, actor, &[user]).await?;
                 if l.me.role < Role::Admin {
                     return Err(denied("only the owner and admins decide join requests"));
                 }

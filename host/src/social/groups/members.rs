@@ -12,7 +12,6 @@ use crate::messaging::Core;
 use crate::protocol::Refused;
 use crate::protocol::{Code, Error};
 use crate::social::{Change, OpError};
-use crate::store::accounts::existing_users;
 use crate::store::groups::{self as q, JoinState, Member, MemberState, Role};
 
 impl Core {
@@ -105,13 +104,13 @@ impl Core {
             Box::pin(async move {
                 let now = c.now;
                 let d = self.store.dialect();
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+                let mut l = self.lock_group(&mut c.tx, id, actor, &refs).await?;
                 let may = l.me.role >= Role::Admin
                     || (l.head.conversation_type == 2 && l.group.join_policy != "approval");
                 if !may {
                     return Err(denied("only the owner and admins add members here"));
                 }
-                let refs: Vec<&str> = users.iter().map(String::as_str).collect();
                 let rows = q::members_in(d, &mut c.tx, id, &refs).await?;
                 let mut new: Vec<String> = Vec::new();
                 let mut seen = HashSet::new();
@@ -120,9 +119,7 @@ impl Core {
                         new.push(u.clone());
                     }
                 }
-                let named: Vec<&str> = new.iter().map(String::as_str).collect();
-                let known = existing_users(d, &mut c.tx, &named).await?;
-                if let Some(u) = new.iter().find(|u| !known.contains(*u)) {
+                if let Some(u) = new.iter().find(|u| !l.named.contains(*u)) {
                     return Err(Refused::UserNotFound(u.clone()).into());
                 }
                 if new.is_empty() {
@@ -186,11 +183,11 @@ impl Core {
             Box::pin(async move {
                 let now = c.now;
                 let d = self.store.dialect();
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let refs: Vec<&str> = users.iter().map(String::as_str).collect();
+                let mut l = self.lock_group(&mut c.tx, id, actor, &refs).await?;
                 if l.me.role < Role::Admin {
                     return Err(denied("only the owner and admins kick"));
                 }
-                let refs: Vec<&str> = users.iter().map(String::as_str).collect();
                 let rows = q::members_in(d, &mut c.tx, id, &refs).await?;
                 let mut kicked: Vec<String> = Vec::new();
                 for u in users {
@@ -247,7 +244,7 @@ impl Core {
         self.change(|mut c| {
             Box::pin(async move {
                 let now = c.now;
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let mut l = self.lock_group(&mut c.tx, id, actor, &[]).await?;
                 if l.me.role == Role::Owner {
                     return Err(Error::new(
                         Code::OwnerCannotQuit,
@@ -290,7 +287,7 @@ impl Core {
         self.change(|mut c| {
             Box::pin(async move {
                 let now = c.now;
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let mut l = self.lock_group(&mut c.tx, id, actor, &[]).await?;
                 if l.me.role != Role::Owner {
                     return Err(denied("only the owner dissolves"));
                 }

@@ -1,5 +1,6 @@
 //! Groups (conversation type 2) and channels (type 3): who may do what, and what each
-//! change writes. A change locks the group's head row first (the lock sends take, so a
+//! change writes. A change reads the users it names (`social::named`), then locks the
+//! group's head row (the lock sends take, so a
 //! membership interval and the messages around it get their seqs in commit order), then
 //! the affected users' stream heads.
 
@@ -7,6 +8,8 @@ mod joins;
 mod members;
 mod roles;
 mod settings;
+
+use std::collections::HashSet;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -103,17 +106,22 @@ struct Locked {
     head: Head,
     group: Group,
     me: Member,
+    /// Of the users the change names besides the actor, those whose accounts exist.
+    named: HashSet<String>,
 }
 
 impl Core {
-    /// Locks a live group and reads the actor's current membership.
+    /// Locks a live group and reads the actor's current membership, after the users the
+    /// change names (`social::named`: the actor and `others`).
     async fn lock_group(
         &self,
         tx: &mut AnyConnection,
         id: i64,
         actor: &str,
+        others: &[&str],
     ) -> Result<Locked, OpError> {
         let d = self.store.dialect();
+        let named = super::named(d, tx, actor, others).await?;
         let head = lock_head(d, tx, id)
             .await?
             .filter(|h| h.conversation_type >= 2)
@@ -129,7 +137,12 @@ impl Core {
             .remove(actor)
             .filter(Member::is_current)
             .ok_or(Refused::NotAMember(id))?;
-        Ok(Locked { head, group, me })
+        Ok(Locked {
+            head,
+            group,
+            me,
+            named,
+        })
     }
 
     /// Appends a tip (checked by its plugin) to a locked group.

@@ -24,7 +24,7 @@ impl Core {
             Box::pin(async move {
                 let now = c.now;
                 let d = self.store.dialect();
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let mut l = self.lock_group(&mut c.tx, id, actor, &[user]).await?;
                 if l.me.role != Role::Owner {
                     return Err(denied("only the owner changes roles"));
                 }
@@ -106,7 +106,7 @@ impl Core {
         self.change(|mut c| Box::pin(async move {
             let now = c.now;
             let d = self.store.dialect();
-            let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+            let mut l = self.lock_group(&mut c.tx, id, actor, &[user]).await?;
             if l.me.role < Role::Admin {
                 return Err(denied("only the owner and admins mute"));
             }

@@ -13,7 +13,6 @@ use crate::messaging::Core;
 use crate::protocol::Error;
 use crate::protocol::Refused;
 use crate::social::value;
-use crate::store::accounts::existing_users;
 use crate::store::groups::{self as q, Group, Role, append_system};
 
 impl Core {
@@ -64,7 +63,7 @@ impl Core {
                 let now = c.now;
                 let d = self.store.dialect();
                 let named: Vec<&str> = members.iter().map(String::as_str).collect();
-                let known = existing_users(d, &mut c.tx, &named).await?;
+                let known = c.named(owner, &named).await?;
                 if let Some(m) = members.iter().find(|m| !known.contains(*m)) {
                     return Err(Refused::UserNotFound(m.clone()).into());
                 }
@@ -149,7 +148,7 @@ impl Core {
         self.change(|mut c| {
             Box::pin(async move {
                 let now = c.now;
-                let mut l = self.lock_group(&mut c.tx, id, actor).await?;
+                let mut l = self.lock_group(&mut c.tx, id, actor, &[]).await?;
                 if l.me.role < Role::Admin {
                     return Err(denied("only the owner and admins change the settings"));
                 }

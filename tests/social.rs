@@ -28,6 +28,7 @@ on_both!(
     a_block_and_a_first_message_at_once_agree,
     a_deletion_and_a_first_message_to_it_at_once_agree,
     a_deletion_and_the_account_s_own_changes_at_once_leave_nothing,
+    many_deletions_at_once_are_each_answered,
     ids_with_dots_and_at_signs_are_users_everywhere,
 );
 
@@ -1916,6 +1917,50 @@ async fn a_deletion_and_the_account_s_own_changes_at_once_leave_nothing(b: Backe
         "changes racing a deletion outlived it: {wrong:#?}"
     );
     println!("{made} of {} changes came before their deletion", 2 * PAIRS);
+}
+
+/// More deletions at once than the database pool has connections (8), each account with
+/// a group and a request whose stored tips and events name it: every deletion is answered
+/// `200`, and afterwards nothing the other users read names the old ids.
+async fn many_deletions_at_once_are_each_answered(b: Backend) {
+    const PAIRS: usize = 32;
+    let (_db, s) = setup(&b, "many-deletions", "").await;
+    let s = Arc::new(s);
+    let users = user_pairs(&s, PAIRS, "doomed", "other").await;
+    for (doomed, other) in &users {
+        let group = json!({"name": "mine", "members": [other.id]});
+        ok(&s, doomed, "POST", "/v1/groups", Some(group)).await;
+        request(&s, doomed, &other.id, None).await;
+    }
+    let mut tasks = Vec::new();
+    for (doomed, _) in &users {
+        let (s2, path) = (s.clone(), format!("/admin/users/{}", doomed.id));
+        tasks.push(tokio::spawn(async move {
+            s2.http("DELETE", &path, Some(ADMIN_TOKEN), None).await
+        }));
+    }
+    let mut refused = Vec::new();
+    for (t, (doomed, _)) in tasks.into_iter().zip(&users) {
+        let (status, body) = t.await.expect("a deletion");
+        if status != 200 {
+            refused.push(format!("{}: {status} {body}", doomed.id));
+        }
+    }
+    assert!(refused.is_empty(), "deletions not made: {refused:#?}");
+    for (doomed, other) in &users {
+        let old = format!("\"{}\"", doomed.id);
+        let seen = [
+            s.get(other, "/v1/groups").await,
+            s.get(other, "/v1/conversations").await,
+            json!(events_after(&s, other, 0).await),
+        ];
+        assert!(
+            !seen.iter().any(|v| v.to_string().contains(&old)),
+            "{} still reads {}: {seen:#?}",
+            other.id,
+            doomed.id
+        );
+    }
 }
 
 /// `n` pairs of new users, `{a}{i}` and `{b}{i}`.

@@ -497,12 +497,14 @@ impl Store {
         let pattern = format!("%\"{from}\"%");
         let mut rewritten = 0;
         // Its reads on a connection of their own, not held to the deadline for answers
-        // (`Health::pooled`): a scan of a long history may take longer.
-        let mut reader = self.read().acquire().await?;
+        // (`Health::pooled`): a scan of a long history may take longer. Each is given back
+        // before a write takes one: on PostgreSQL both come from one pool, and deletions
+        // holding a reader each while waiting for a writer took every connection (eight
+        // at once, the default pool, answered 503 after the deadline).
         let conversations: Vec<i64> =
             sqlx::query("SELECT conversation_id FROM members WHERE user_id = $1")
                 .bind(to)
-                .fetch_all(&mut *reader)
+                .fetch_all(&mut *self.read().acquire().await?)
                 .await?
                 .iter()
                 .map(|r| r.try_get(0))
@@ -518,21 +520,27 @@ impl Store {
                 .bind(after)
                 .bind(&pattern)
                 .bind(REWRITE_CHUNK as i64)
-                .fetch_all(&mut *reader)
+                .fetch_all(&mut *self.read().acquire().await?)
                 .await?;
                 let Some(last) = rows.last() else { break };
                 after = last.try_get(0)?;
                 let mut tx = self.write().begin().await?;
                 for row in &rows {
                     let seq: i64 = row.try_get(0)?;
-                    if let Some(payload) = renamed(&row.try_get::<String, _>(1)?, from, to) {
-                        sqlx::query("UPDATE messages SET payload = $1 WHERE conversation_id = $2 AND seq = $3")
-                            .bind(payload)
-                            .bind(id)
-                            .bind(seq)
-                            .execute(&mut *tx)
-                            .await?;
-                        rewritten += 1;
+                    let read: String = row.try_get(1)?;
+                    if let Some(payload) = renamed(&read, from, to) {
+                        // Unless it changed since it was read (a recall empties it).
+                        rewritten += sqlx::query(
+                            "UPDATE messages SET payload = $1 \
+                             WHERE conversation_id = $2 AND seq = $3 AND payload = $4",
+                        )
+                        .bind(payload)
+                        .bind(id)
+                        .bind(seq)
+                        .bind(&read)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
                     }
                 }
                 tx.commit().await?;
@@ -551,7 +559,7 @@ impl Store {
              UNION SELECT blocker FROM blocks WHERE blocked = $1",
         )
         .bind(to)
-        .fetch_all(&mut *reader)
+        .fetch_all(&mut *self.read().acquire().await?)
         .await?
         .iter()
         .map(|r| r.try_get(0))
@@ -562,7 +570,7 @@ impl Store {
             )
             .bind(user)
             .bind(&pattern)
-            .fetch_all(&mut *reader)
+            .fetch_all(&mut *self.read().acquire().await?)
             .await?;
             if rows.is_empty() {
                 continue;

@@ -298,6 +298,42 @@ async fn presence_is_what_the_routes_say_and_only_friends_and_co_members_see_it(
     );
 }
 
+/// A node killed and started again at once (as a supervisor does) claims its number as
+/// soon as the dead instance's lease lapses, before another node takes the dead routes
+/// out: its users with no other device are offline once it listens again, and their
+/// friends are told, not after the routes' expiry (90 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_at_once_takes_out_its_earlier_routes() {
+    let Some(svc) = services("cluster_restart") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-restart").await;
+    let w = Wiring::nats(&svc, "restart");
+    let mut n = nodes(&db, &w, 3).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    befriend(&n[0], &alice, &n[1], &bob).await;
+    let mut bw = Ws::connect_query(&n[0].addr, &bob.token, "phone", "&presence=true")
+        .await
+        .unwrap();
+    let _a = n[1].connect(&alice, "phone").await;
+    let f = bw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (&f["userId"], &f["online"]),
+        (&json!("alice"), &json!(true))
+    );
+    n[1].restart();
+    assert!(
+        !presence(&n[0], &bob, "alice").await["alice"],
+        "alice's only device was on the node that restarted"
+    );
+    let f = bw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (&f["userId"], &f["online"]),
+        (&json!("alice"), &json!(false))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_mid_stream_loses_nothing_after_reconnect_and_pull() {
     let Some(svc) = services("cluster_kill") else {

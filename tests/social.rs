@@ -1920,15 +1920,17 @@ async fn a_deletion_and_the_account_s_own_changes_at_once_leave_nothing(b: Backe
 }
 
 /// More deletions at once than the database pool has connections (8), each account with
-/// a group and a request whose stored tips and events name it: every deletion is answered
-/// `200`, and afterwards nothing the other users read names the old ids.
+/// a group and a request whose stored tips and events name it, each group with the next
+/// account deleted too (its tips name both): every deletion is answered `200`, each group
+/// passes to its one member left, and nothing the other users read names the old ids.
 async fn many_deletions_at_once_are_each_answered(b: Backend) {
     const PAIRS: usize = 32;
     let (_db, s) = setup(&b, "many-deletions", "").await;
     let s = Arc::new(s);
     let users = user_pairs(&s, PAIRS, "doomed", "other").await;
-    for (doomed, other) in &users {
-        let group = json!({"name": "mine", "members": [other.id]});
+    for (i, (doomed, other)) in users.iter().enumerate() {
+        let next = &users[(i + 1) % PAIRS].0;
+        let group = json!({"name": "mine", "members": [other.id, next.id]});
         ok(&s, doomed, "POST", "/v1/groups", Some(group)).await;
         request(&s, doomed, &other.id, None).await;
     }
@@ -1949,11 +1951,22 @@ async fn many_deletions_at_once_are_each_answered(b: Backend) {
     assert!(refused.is_empty(), "deletions not made: {refused:#?}");
     for (doomed, other) in &users {
         let old = format!("\"{}\"", doomed.id);
-        let seen = [
-            s.get(other, "/v1/groups").await,
+        let groups = s.get(other, "/v1/groups").await;
+        let mut seen = vec![
             s.get(other, "/v1/conversations").await,
             json!(events_after(&s, other, 0).await),
         ];
+        for g in groups["groups"].as_array().unwrap() {
+            assert_eq!(
+                (&g["state"], &g["ownerId"]),
+                (&json!("active"), &json!(other.id)),
+                "the group passes to the one member left"
+            );
+            let id = g["conversationId"].as_i64().unwrap();
+            let path = format!("/v1/conversations/{id}/messages?afterSeq=0");
+            seen.push(s.get(other, &path).await);
+        }
+        seen.push(groups);
         assert!(
             !seen.iter().any(|v| v.to_string().contains(&old)),
             "{} still reads {}: {seen:#?}",

@@ -167,6 +167,9 @@ pub enum Guard {
     SlowConsumer,
     /// A login or registration over a rate limit.
     AuthRateLimited,
+    /// A WebSocket dropped because one write waited the write limit: its client stopped
+    /// reading.
+    WriteStalled,
     /// A login or registration that waited too long for a hashing slot.
     HashBusy,
     /// `accept` failed (out of file descriptors, most likely).
@@ -185,6 +188,7 @@ impl Guard {
             Guard::RequestTimeout => "request_timeout",
             Guard::HandshakeTimeout => "handshake_timeout",
             Guard::SlowConsumer => "slow_consumer",
+            Guard::WriteStalled => "write_stalled",
             Guard::AuthRateLimited => "auth_rate_limited",
             Guard::HashBusy => "hash_busy",
             Guard::AcceptError => "accept_error",
@@ -192,7 +196,7 @@ impl Guard {
     }
 }
 
-const GUARDS: [(Guard, &str); 11] = [
+const GUARDS: [(Guard, &str); 12] = [
     (
         Guard::TooManyConnections,
         "connections refused over server.max_connections",
@@ -224,6 +228,10 @@ const GUARDS: [(Guard, &str); 11] = [
     (
         Guard::SlowConsumer,
         "WebSockets closed as slow consumers (4008)",
+    ),
+    (
+        Guard::WriteStalled,
+        "WebSockets dropped: a write waited out its limit (the client stopped reading)",
     ),
     (
         Guard::AuthRateLimited,

@@ -117,6 +117,9 @@ pub struct Cluster {
     /// The task that keeps the lease (`upkeep`): stopped before the lease is given back,
     /// or its next tick would take it again.
     upkeep_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Users whose only routes were this node's before it restarted: their friends are
+    /// told at the first upkeep.
+    previous: Mutex<Vec<String>>,
     /// The newest runtime switch of each plugin this node made or heard since it started:
     /// (enabled, when).
     switches: Mutex<HashMap<String, (bool, i64)>>,
@@ -168,6 +171,22 @@ impl Cluster {
             hex::encode(random_bytes::<6>())
         );
         claim(&routes, c.node_id, &token, lease).await?;
+        // Routes of this number's earlier life (a restart right after a crash): gone now,
+        // not after their expiry; their users' friends are told once presence runs.
+        let previous = match routes.take_out_previous().await {
+            Ok(offline) => offline,
+            Err(e) => {
+                tracing::warn!("could not take out this node's earlier routes ({e}); they expire");
+                Vec::new()
+            }
+        };
+        if !previous.is_empty() {
+            tracing::info!(
+                node = c.node_id,
+                users = previous.len(),
+                "took out this node's routes from before its restart"
+            );
+        }
         let health = Arc::new(Health::default());
         let (bus, incoming) = match Bus::connect(c, health.clone()).await {
             Ok(b) => b,
@@ -197,6 +216,7 @@ impl Cluster {
             core: OnceLock::new(),
             presence: OnceLock::new(),
             upkeep_task: Mutex::new(None),
+            previous: Mutex::new(previous),
         });
         tokio::spawn(cluster.clone().forward(rx));
         tracing::info!(node = c.node_id, bus = ?c.bus, prefix = %c.prefix, "joined the cluster");
@@ -572,6 +592,10 @@ impl Cluster {
         let mut refreshed = Instant::now();
         let mut reaped = Instant::now();
         let reap_every = (self.lease / 3).max(Duration::from_millis(500));
+        let previous = std::mem::take(&mut *self.previous.lock().expect("previous routes"));
+        for user in previous {
+            self.presence_changed(&user);
+        }
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let leased = match self

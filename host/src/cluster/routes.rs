@@ -496,8 +496,8 @@ impl Routes {
         Ok(dead)
     }
 
-    /// Takes a dead node's routes out (one node does it: the first to claim the job);
-    /// the users it leaves with no live device.
+    /// Takes a dead node's routes out (one node does it: the first to claim the job) and
+    /// forgets the node; the users it leaves with no live device.
     pub async fn reap(&self, dead: u16) -> RedisResult<Vec<String>> {
         let mut conn = self.conn();
         let claimed: Option<String> = redis::cmd("SET")
@@ -511,6 +511,28 @@ impl Routes {
         if claimed.is_none() {
             return Ok(Vec::new());
         }
+        let offline = self.take_out(dead).await?;
+        let _: i64 = redis::cmd("SREM")
+            .arg(format!("{}nodes", self.prefix))
+            .arg(dead)
+            .query_async(&mut conn)
+            .await?;
+        Ok(offline)
+    }
+
+    /// Takes out the routes this node's number holds from an earlier life (a restart
+    /// claims the number as soon as the dead instance's lease lapses, before another node
+    /// takes them out): called once the number is claimed and before any connection. The
+    /// users it leaves with no live device.
+    pub async fn take_out_previous(&self) -> RedisResult<Vec<String>> {
+        self.take_out(self.node).await
+    }
+
+    /// Removes every route `node` wrote that still names it, and its list of them; the
+    /// users left with no live device.
+    async fn take_out(&self, node: u16) -> RedisResult<Vec<String>> {
+        let dead = node;
+        let mut conn = self.conn();
         let entries: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.node_devices_key(dead))
             .query_async(&mut conn)
@@ -539,13 +561,10 @@ impl Routes {
                 users.insert(user.to_string(), ());
             }
         }
-        let mut pipe = redis::pipe();
-        pipe.cmd("DEL")
+        let _: i64 = redis::cmd("DEL")
             .arg(self.node_devices_key(dead))
-            .cmd("SREM")
-            .arg(format!("{}nodes", self.prefix))
-            .arg(dead);
-        let _: () = pipe.query_async(&mut conn).await?;
+            .query_async(&mut conn)
+            .await?;
         let users: Vec<String> = users.into_keys().collect();
         let refs: Vec<&str> = users.iter().map(String::as_str).collect();
         let routes = self.lookup(&refs).await?;

@@ -217,8 +217,10 @@ async fn leave(hub: &Hub, links: &dyn links::Links, device: &Device) {
 enum End {
     /// The client sent a close frame: it is answered, then the server closes TCP.
     ClientClosed,
-    /// The connection is gone (closed, reset, or it stopped reading): nothing more to say.
+    /// The connection is gone (closed or reset): nothing more to say.
     Gone,
+    /// A write waited the write limit: the client stopped reading. Dropped, counted.
+    Stalled,
     /// The server closes it, for this reason.
     Close(Close),
 }
@@ -373,6 +375,7 @@ async fn run(
             let _ = tokio::time::timeout(GOODBYE, socket.flush()).await;
         }
         End::Gone => {}
+        End::Stalled => core.guards.count(Guard::WriteStalled),
         End::Close(why) => {
             // A slow consumer may still be reading what the kernel holds for it: it gets
             // as long for the close frame as any write gets.
@@ -545,8 +548,13 @@ async fn ended(
         Ok(Ok(())) => None,
         Ok(Err(_)) => Some(End::Gone),
         Err(_) => {
-            tracing::debug!(user = %device.user_id, device = %device.device_id, "dropping the connection: it stopped reading");
-            Some(End::Gone)
+            tracing::debug!(
+                user = %device.user_id,
+                device = %device.device_id,
+                guard = Guard::WriteStalled.name(),
+                "dropping the connection: it stopped reading"
+            );
+            Some(End::Stalled)
         }
     }
 }

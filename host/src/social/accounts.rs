@@ -15,6 +15,14 @@ use crate::store::accounts::{DELETED_PREFIX, rename_account};
 use crate::store::groups::{self, Role};
 use crate::store::social::lock_account;
 
+/// How many times a deleted account's alias decides again how to leave a group.
+const LEAVE_ATTEMPTS: usize = 5;
+
+/// The alias is no longer in the group: dissolved or left meanwhile.
+fn gone(e: &Error) -> bool {
+    matches!(e.code, Code::GroupDissolved | Code::NotAMember)
+}
+
 impl Core {
     /// Deletes `user_id`'s account; its alias. Calling it again on a deleted account
     /// finishes a deletion that was interrupted (it is idempotent).
@@ -143,6 +151,59 @@ impl Core {
         .await
     }
 
+    /// The alias leaves a group: an owner hands it to its longest-standing admin (else
+    /// member) first, or dissolves it when no one else is left. Other deletions may be
+    /// ending memberships of the same group at the same moment: a deleted account's alias
+    /// is never the heir, and when the heir left or this alias became the owner between
+    /// the steps, they are decided again (a few times; then the deletion is answered
+    /// `503` and, run again, finishes).
+    async fn leave_group(&self, alias: &str, id: i64) -> Result<(), Error> {
+        for _ in 0..LEAVE_ATTEMPTS {
+            let unavailable = crate::store::unavailable;
+            let group = self.store.group(id).await.map_err(unavailable)?;
+            let me = self.store.member(id, alias).await.map_err(unavailable)?;
+            let (Some(g), Some(me)) = (group, me) else {
+                return Ok(());
+            };
+            if !me.is_current() || g.dissolved {
+                return Ok(());
+            }
+            if me.role == Role::Owner {
+                let members = self
+                    .store
+                    .group_members(id, "", i64::MAX)
+                    .await
+                    .map_err(crate::store::unavailable)?;
+                let heir = members
+                    .iter()
+                    .filter(|m| m.user_id != alias && !m.user_id.starts_with(DELETED_PREFIX))
+                    .min_by_key(|m| (m.role != Role::Admin, m.joined_at, m.user_id.clone()));
+                let handed = match heir {
+                    Some(heir) => self.transfer(alias, id, &heir.user_id).await.map(drop),
+                    None => self.dissolve(alias, id).await,
+                };
+                match handed {
+                    Ok(()) => {}
+                    Err(e) if e.code == Code::TargetNotMember => continue,
+                    Err(e) if gone(&e) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+                if heir.is_none() {
+                    return Ok(());
+                }
+            }
+            match self.quit(alias, g.conversation_id).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.code == Code::OwnerCannotQuit => continue,
+                Err(e) if gone(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::unavailable(
+            "the account's groups kept changing while it left them; delete it again",
+        ))
+    }
+
     /// Ends every membership, friendship and pending request of `alias`, as its own
     /// actions: an owner hands the group to its longest-standing admin (else member)
     /// first, or dissolves it when no one else is left.
@@ -153,29 +214,8 @@ impl Core {
             .await
             .map_err(crate::store::unavailable)?;
         for (g, me) in groups {
-            if !me.is_current() || g.dissolved {
-                continue;
-            }
-            let id = g.conversation_id;
-            if me.role == Role::Owner {
-                let members = self
-                    .store
-                    .group_members(id, "", i64::MAX)
-                    .await
-                    .map_err(crate::store::unavailable)?;
-                let heir = members
-                    .iter()
-                    .filter(|m| m.user_id != alias)
-                    .min_by_key(|m| (m.role != Role::Admin, m.joined_at, m.user_id.clone()));
-                match heir {
-                    Some(heir) => {
-                        self.transfer(alias, id, &heir.user_id).await?;
-                        self.quit(alias, id).await?;
-                    }
-                    None => self.dissolve(alias, id).await?,
-                }
-            } else {
-                self.quit(alias, id).await?;
+            if me.is_current() && !g.dissolved {
+                self.leave_group(alias, g.conversation_id).await?;
             }
         }
         let friends = self

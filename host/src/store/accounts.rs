@@ -495,6 +495,10 @@ impl Store {
     /// transactions, so writers are not held up; safe to run again.
     pub async fn rename_in_payloads(&self, from: &str, to: &str) -> sqlx::Result<u64> {
         let pattern = format!("%\"{from}\"%");
+        let locked = match self.dialect() {
+            Dialect::Postgres => " FOR UPDATE",
+            Dialect::Sqlite => "",
+        };
         let mut rewritten = 0;
         // Its reads on a connection of their own, not held to the deadline for answers
         // (`Health::pooled`): a scan of a long history may take longer. Each is given back
@@ -513,7 +517,7 @@ impl Store {
             let mut after = 0i64;
             loop {
                 let rows = sqlx::query(
-                    "SELECT seq, payload FROM messages WHERE conversation_id = $1 AND seq > $2 \
+                    "SELECT seq FROM messages WHERE conversation_id = $1 AND seq > $2 \
                      AND payload LIKE $3 ORDER BY seq LIMIT $4",
                 )
                 .bind(id)
@@ -522,25 +526,36 @@ impl Store {
                 .bind(REWRITE_CHUNK as i64)
                 .fetch_all(&mut *self.read().acquire().await?)
                 .await?;
-                let Some(last) = rows.last() else { break };
+                let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+                    break;
+                };
+                let first: i64 = first.try_get(0)?;
                 after = last.try_get(0)?;
+                // Read again in the writing transaction, locked: another account's deletion
+                // may have rewritten the same payloads since (a tip naming both).
                 let mut tx = self.write().begin().await?;
-                for row in &rows {
+                let current = sqlx::query(&format!(
+                    "SELECT seq, payload FROM messages WHERE conversation_id = $1 \
+                     AND seq BETWEEN $2 AND $3 AND payload LIKE $4{locked}"
+                ))
+                .bind(id)
+                .bind(first)
+                .bind(after)
+                .bind(&pattern)
+                .fetch_all(&mut *tx)
+                .await?;
+                for row in &current {
                     let seq: i64 = row.try_get(0)?;
-                    let read: String = row.try_get(1)?;
-                    if let Some(payload) = renamed(&read, from, to) {
-                        // Unless it changed since it was read (a recall empties it).
-                        rewritten += sqlx::query(
-                            "UPDATE messages SET payload = $1 \
-                             WHERE conversation_id = $2 AND seq = $3 AND payload = $4",
+                    if let Some(payload) = renamed(&row.try_get::<String, _>(1)?, from, to) {
+                        sqlx::query(
+                            "UPDATE messages SET payload = $1 WHERE conversation_id = $2 AND seq = $3",
                         )
                         .bind(payload)
                         .bind(id)
                         .bind(seq)
-                        .bind(&read)
                         .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
+                        .await?;
+                        rewritten += 1;
                     }
                 }
                 tx.commit().await?;
@@ -565,17 +580,25 @@ impl Store {
         .map(|r| r.try_get(0))
         .collect::<Result<_, _>>()?;
         for user in related.iter().filter(|u| *u != to) {
-            let rows = sqlx::query(
-                "SELECT epoch, seq, data FROM user_events WHERE user_id = $1 AND data LIKE $2",
+            let any = sqlx::query(
+                "SELECT 1 FROM user_events WHERE user_id = $1 AND data LIKE $2 LIMIT 1",
             )
             .bind(user)
             .bind(&pattern)
-            .fetch_all(&mut *self.read().acquire().await?)
+            .fetch_optional(&mut *self.read().acquire().await?)
             .await?;
-            if rows.is_empty() {
+            if any.is_none() {
                 continue;
             }
+            // Read again in the writing transaction, locked (as the messages above).
             let mut tx = self.write().begin().await?;
+            let rows = sqlx::query(&format!(
+                "SELECT epoch, seq, data FROM user_events WHERE user_id = $1 AND data LIKE $2{locked}"
+            ))
+            .bind(user)
+            .bind(&pattern)
+            .fetch_all(&mut *tx)
+            .await?;
             for row in &rows {
                 let (epoch, seq): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
                 if let Some(data) = renamed(&row.try_get::<String, _>(2)?, from, to) {

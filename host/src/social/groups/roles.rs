@@ -6,7 +6,7 @@ use super::{GROUP_UPDATE, denied, info};
 use crate::clock::now_ms;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
-use crate::store::groups::{self as q, Member, Role};
+use crate::store::groups::{self as q, Role};
 
 impl Core {
     /// Owner-only role changes: make or unmake an admin, or hand the group over.
@@ -28,10 +28,11 @@ impl Core {
                 if l.me.role != Role::Owner {
                     return Err(denied("only the owner changes roles"));
                 }
+                // A deleted account's alias is leaving: it takes no role.
                 let target = q::members_in(d, &mut c.tx, id, &[user])
                     .await?
                     .remove(user)
-                    .filter(Member::is_current)
+                    .filter(|m| m.is_current() && l.named.contains(user))
                     .ok_or_else(|| {
                         Error::new(Code::TargetNotMember, format!("{user} is not a member"))
                     })?;
@@ -113,7 +114,7 @@ impl Core {
             let target = q::members_in(d, &mut c.tx, id, &[user])
                 .await?
                 .remove(user)
-                .filter(Member::is_current)
+                .filter(|m| m.is_current() && l.named.contains(user))
                 .ok_or_else(|| Error::new(Code::TargetNotMember, format!("{user} is not a member")))?;
             if target.role >= l.me.role {
                 return Err(denied("admins mute ordinary members only; nobody mutes the owner"));

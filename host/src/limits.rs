@@ -165,11 +165,11 @@ pub enum Guard {
     HandshakeTimeout,
     /// A WebSocket reader too slow for its outbox (frames or bytes, its own or the node's).
     SlowConsumer,
-    /// A login or registration over a rate limit.
-    AuthRateLimited,
     /// A WebSocket dropped because one write waited the write limit: its client stopped
     /// reading.
     WriteStalled,
+    /// A login or registration over a rate limit.
+    AuthRateLimited,
     /// A login or registration that waited too long for a hashing slot.
     HashBusy,
     /// `accept` failed (out of file descriptors, most likely).

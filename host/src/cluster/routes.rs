@@ -528,10 +528,9 @@ impl Routes {
         self.take_out(self.node).await
     }
 
-    /// Removes every route `node` wrote that still names it, and its list of them; the
-    /// users left with no live device.
-    async fn take_out(&self, node: u16) -> RedisResult<Vec<String>> {
-        let dead = node;
+    /// Removes every route the node `dead` wrote that still names it, and its list of
+    /// them; the users left with no live device.
+    async fn take_out(&self, dead: u16) -> RedisResult<Vec<String>> {
         let mut conn = self.conn();
         let entries: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.node_devices_key(dead))

@@ -11,9 +11,8 @@ use super::{Decision, SystemKind};
 use crate::auth::random_bytes;
 use crate::messaging::Core;
 use crate::protocol::{Code, Error};
-use crate::store::accounts::{DELETED_PREFIX, rename_account};
+use crate::store::accounts::{DELETED_PREFIX, lock_account, rename_account};
 use crate::store::groups::{self, Role};
-use crate::store::social::lock_account;
 
 /// How many times a deleted account's alias decides again how to leave a group.
 const LEAVE_ATTEMPTS: usize = 5;
@@ -158,8 +157,8 @@ impl Core {
     /// the steps, they are decided again (a few times; then the deletion is answered
     /// `503` and, run again, finishes).
     async fn leave_group(&self, alias: &str, id: i64) -> Result<(), Error> {
+        let unavailable = crate::store::unavailable;
         for _ in 0..LEAVE_ATTEMPTS {
-            let unavailable = crate::store::unavailable;
             let group = self.store.group(id).await.map_err(unavailable)?;
             let me = self.store.member(id, alias).await.map_err(unavailable)?;
             let (Some(g), Some(me)) = (group, me) else {
@@ -173,26 +172,25 @@ impl Core {
                     .store
                     .group_members(id, "", i64::MAX)
                     .await
-                    .map_err(crate::store::unavailable)?;
+                    .map_err(unavailable)?;
                 let heir = members
                     .iter()
                     .filter(|m| m.user_id != alias && !m.user_id.starts_with(DELETED_PREFIX))
                     .min_by_key(|m| (m.role != Role::Admin, m.joined_at, m.user_id.clone()));
-                let handed = match heir {
-                    Some(heir) => self.transfer(alias, id, &heir.user_id).await.map(drop),
-                    None => self.dissolve(alias, id).await,
+                let Some(heir) = heir else {
+                    return match self.dissolve(alias, id).await {
+                        Err(e) if !gone(&e) => Err(e),
+                        _ => Ok(()),
+                    };
                 };
-                match handed {
-                    Ok(()) => {}
+                match self.transfer(alias, id, &heir.user_id).await {
+                    Ok(_) => {}
                     Err(e) if e.code == Code::TargetNotMember => continue,
                     Err(e) if gone(&e) => return Ok(()),
                     Err(e) => return Err(e),
                 }
-                if heir.is_none() {
-                    return Ok(());
-                }
             }
-            match self.quit(alias, g.conversation_id).await {
+            match self.quit(alias, id).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.code == Code::OwnerCannotQuit => continue,
                 Err(e) if gone(&e) => return Ok(()),

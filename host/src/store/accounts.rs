@@ -47,6 +47,20 @@ pub async fn existing_users(
         .collect()
 }
 
+/// Locks an account's row until the caller's transaction ends, before anything else it
+/// reads: a device registration counting the user's devices, an account's deletion
+/// (changes naming the account read it `FOR SHARE` first: `social::lock_users`). On
+/// SQLite nothing: its one writer orders them.
+pub async fn lock_account(d: Dialect, conn: &mut AnyConnection, user: &str) -> sqlx::Result<()> {
+    if d == Dialect::Postgres {
+        sqlx::query("SELECT 1 FROM users WHERE user_id = $1 FOR UPDATE")
+            .bind(user)
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Creates a user with a password hash; `false` if the id is taken.
     pub async fn create_user(&self, user_id: &str, password_hash: &str) -> sqlx::Result<bool> {
@@ -495,10 +509,7 @@ impl Store {
     /// transactions, so writers are not held up; safe to run again.
     pub async fn rename_in_payloads(&self, from: &str, to: &str) -> sqlx::Result<u64> {
         let pattern = format!("%\"{from}\"%");
-        let locked = match self.dialect() {
-            Dialect::Postgres => " FOR UPDATE",
-            Dialect::Sqlite => "",
-        };
+        let locked = self.dialect().for_update();
         let mut rewritten = 0;
         // Its reads on a connection of their own, not held to the deadline for answers
         // (`Health::pooled`): a scan of a long history may take longer. Each is given back

@@ -48,12 +48,7 @@ async fn room_for(
     device_id: &str,
     max: i64,
 ) -> sqlx::Result<bool> {
-    if d == Dialect::Postgres {
-        sqlx::query("SELECT 1 FROM users WHERE user_id = $1 FOR UPDATE")
-            .bind(user_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    }
+    super::accounts::lock_account(d, conn, user_id).await?;
     let row = sqlx::query(
         "SELECT COUNT(*), COALESCE(MAX(CASE WHEN device_id = $2 THEN 1 ELSE 0 END), 0) \
          FROM devices WHERE user_id = $1 AND removed_at IS NULL",

@@ -143,10 +143,7 @@ pub async fn lock_head(
     conn: &mut AnyConnection,
     conversation_id: i64,
 ) -> sqlx::Result<Option<Head>> {
-    let lock = match d {
-        Dialect::Postgres => " FOR UPDATE",
-        Dialect::Sqlite => "",
-    };
+    let lock = d.for_update();
     sqlx::query(&format!(
         "SELECT conversation_type, last_seq, unread_acc, version FROM conversations \
          WHERE conversation_id = $1{lock}"

@@ -315,10 +315,7 @@ async fn lock_device(
     user_id: &str,
     device_id: &str,
 ) -> sqlx::Result<bool> {
-    let lock = match d {
-        Dialect::Postgres => " FOR UPDATE",
-        Dialect::Sqlite => "",
-    };
+    let lock = d.for_update();
     let removed: Option<Option<i64>> = sqlx::query_scalar(&format!(
         "SELECT removed_at FROM devices WHERE user_id = $1 AND device_id = $2{lock}"
     ))

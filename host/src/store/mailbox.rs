@@ -162,10 +162,7 @@ pub async fn send(
     .bind(json(&order))
     .execute(&mut *conn)
     .await?;
-    let lock = match d {
-        Dialect::Postgres => " FOR UPDATE",
-        Dialect::Sqlite => "",
-    };
+    let lock = d.for_update();
     let mut heads: HashMap<(String, String), i64> = HashMap::new();
     for (user, device) in &order {
         let last: i64 = sqlx::query_scalar(&format!(

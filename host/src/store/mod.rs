@@ -41,6 +41,18 @@ pub enum Dialect {
     Postgres,
 }
 
+impl Dialect {
+    /// What a query ends with to lock the rows it reads until the transaction ends:
+    /// PostgreSQL's `FOR UPDATE`; nothing on SQLite, whose one writer orders its
+    /// transactions.
+    pub fn for_update(self) -> &'static str {
+        match self {
+            Dialect::Postgres => " FOR UPDATE",
+            Dialect::Sqlite => "",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot open the database {url}: {source}")]

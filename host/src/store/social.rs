@@ -73,7 +73,7 @@ pub struct Named {
 
 /// Which of `users` exist, read in the caller's transaction before anything else it reads.
 /// On PostgreSQL their rows stay locked `FOR SHARE`, in user order, until it ends: an
-/// account's deletion locks its row before it renames anything (`lock_account`), so it
+/// account's deletion locks its row before it renames anything (`accounts::lock_account`), so it
 /// comes wholly before the transaction, which then finds the account deleted, or wholly
 /// after it, and renames what the transaction wrote. SQLite's one writer orders them.
 pub async fn lock_users(
@@ -85,19 +85,18 @@ pub async fn lock_users(
     if users.is_empty() {
         return Ok(named);
     }
-    let sql = match d {
-        Dialect::Postgres => {
-            "SELECT user_id, CASE WHEN deleted_at IS NULL THEN 1 ELSE 0 END, \
-             CASE WHEN alias = user_id THEN 1 ELSE 0 END FROM users WHERE user_id IN \
-             (SELECT jsonb_array_elements_text(CAST($1 AS jsonb))) ORDER BY user_id FOR SHARE"
-        }
-        Dialect::Sqlite => {
-            "SELECT user_id, CASE WHEN deleted_at IS NULL THEN 1 ELSE 0 END, \
-             CASE WHEN alias = user_id THEN 1 ELSE 0 END FROM users WHERE user_id IN \
-             (SELECT value FROM json_each($1))"
-        }
+    let (list, lock) = match d {
+        Dialect::Postgres => (
+            "SELECT jsonb_array_elements_text(CAST($1 AS jsonb))",
+            " ORDER BY user_id FOR SHARE",
+        ),
+        Dialect::Sqlite => ("SELECT value FROM json_each($1)", ""),
     };
-    for row in sqlx::query(sql).bind(json(users)).fetch_all(conn).await? {
+    let sql = format!(
+        "SELECT user_id, CASE WHEN deleted_at IS NULL THEN 1 ELSE 0 END, \
+         CASE WHEN alias = user_id THEN 1 ELSE 0 END FROM users WHERE user_id IN ({list}){lock}"
+    );
+    for row in sqlx::query(&sql).bind(json(users)).fetch_all(conn).await? {
         let user: String = row.try_get(0)?;
         if row.try_get::<i64, _>(2)? == 1 {
             named.aliases.insert(user);
@@ -106,18 +105,6 @@ pub async fn lock_users(
         }
     }
     Ok(named)
-}
-
-/// Locks an account's row for its deletion, before anything else the deletion's
-/// transaction reads (`lock_users`). On SQLite nothing: its one writer orders them.
-pub async fn lock_account(d: Dialect, conn: &mut AnyConnection, user: &str) -> sqlx::Result<()> {
-    if d == Dialect::Postgres {
-        sqlx::query("SELECT 1 FROM users WHERE user_id = $1 FOR UPDATE")
-            .bind(user)
-            .execute(conn)
-            .await?;
-    }
-    Ok(())
 }
 
 /// Whether either of two users blocks the other.

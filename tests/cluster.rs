@@ -638,6 +638,108 @@ async fn a_device_gone_while_redis_stalled_is_told_offline_once_it_answers() {
     assert!(!presence(&n[0], &alice, "bob").await["bob"]);
 }
 
+/// Two connections of one device made while Redis was away, on two nodes: once Redis
+/// answers (empty), the newer keeps the route and the older is closed `replaced`, whichever
+/// node writes its routes back first. One device moves each way, so one of them is always
+/// on the node that writes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_moved_while_redis_was_away_keeps_its_newer_connection() {
+    let Some(svc) = services("cluster_redis_moved") else {
+        return;
+    };
+    let Some(mut redis) = Private::redis("cluster_redis_moved") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-redis-moved").await;
+    let mut w = Wiring::nats(&svc, "redis-moved");
+    w.redis = redis.url();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+    let mut older = [
+        n[0].connect(&alice, "phone").await,
+        n[1].connect(&alice, "laptop").await,
+    ];
+
+    redis.down();
+    degraded_everywhere(&n, "redis:").await;
+    let mut newer = [
+        n[1].connect(&alice, "phone").await,
+        n[0].connect(&alice, "laptop").await,
+    ];
+    redis.up();
+    ok_everywhere(&n).await;
+
+    for (i, ws) in older.iter_mut().enumerate() {
+        assert_eq!(ws.closed().await.0, Some(4001), "the older connection {i}");
+    }
+    send_ok(
+        &mut b,
+        text("1", "moved-1", peer("alice"), "after the outage"),
+    )
+    .await;
+    for (i, ws) in newer.iter_mut().enumerate() {
+        text_arrives(ws, "after the outage").await;
+        assert_eq!(
+            ws.next_within(Duration::from_millis(300)).await,
+            None,
+            "the newer connection {i} stays open"
+        );
+    }
+}
+
+/// Presence changes made while Redis was away (and came back empty, keeping nothing of
+/// what friends were told) are told once it answers: a friend who left meanwhile offline,
+/// one who came meanwhile online.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_changed_while_redis_was_down_is_told_once_it_is_back() {
+    let Some(svc) = services("cluster_redis_presence") else {
+        return;
+    };
+    let Some(mut redis) = Private::redis("cluster_redis_presence") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-redis-presence").await;
+    let mut w = Wiring::nats(&svc, "redis-presence");
+    w.redis = redis.url();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let carol = n[1].user("carol").await;
+    befriend(&n[0], &alice, &n[1], &bob).await;
+    befriend(&n[0], &alice, &n[1], &carol).await;
+    let mut aw = Ws::connect_query(&n[0].addr, &alice.token, "phone", "&presence=true")
+        .await
+        .unwrap();
+    let b = n[1].connect(&bob, "phone").await;
+    let f = aw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (f["userId"].as_str(), f["online"].as_bool()),
+        (Some("bob"), Some(true))
+    );
+
+    redis.down();
+    degraded_everywhere(&n, "redis:").await;
+    b.close().await;
+    let _c = n[1].connect(&carol, "phone").await;
+    redis.up();
+    ok_everywhere(&n).await;
+
+    let mut told = HashMap::new();
+    while told.get("bob") != Some(&false) || told.get("carol") != Some(&true) {
+        let f = aw.until(|f| f["type"] == "presence").await.0;
+        told.insert(
+            f["userId"].as_str().unwrap().to_string(),
+            f["online"].as_bool().unwrap(),
+        );
+    }
+    assert_eq!(
+        presence(&n[0], &alice, "bob,carol").await,
+        HashMap::from([("bob".to_string(), false), ("carol".to_string(), true)])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_one_node_changes_the_others_stop_caching_at_once() {
     let Some(svc) = services("cluster_caches") else {

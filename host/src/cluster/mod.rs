@@ -35,10 +35,16 @@ use crate::plugins::Delivery as Class;
 use crate::protocol::Close;
 use bus::{Bus, Incoming};
 use health::{Health, Part};
-use routes::Routes;
+use routes::{Refreshed, Routes};
 
 /// How long one Redis call may take before the node treats Redis as away.
 const REDIS_WAIT: Duration = Duration::from_secs(2);
+
+/// How long after its last failed Redis call, and after writing its routes back, a node
+/// sends every push to every node and takes no one for offline: the other nodes write their
+/// routes back within about a tick and a Redis wait of Redis answering again (each asks
+/// every second and gives a call up after `REDIS_WAIT`).
+const SETTLE: Duration = Duration::from_secs(5);
 
 /// Items the forwarder may hold (a commit's pushes, a live push, a kick, a close…);
 /// beyond, what is for other nodes is dropped, counted as lost, and pulled.
@@ -111,6 +117,10 @@ pub struct Cluster {
     refresh: Duration,
     /// A Redis call failed: write every route again once Redis answers.
     rewrite: AtomicBool,
+    /// Until when the routes in Redis may lack what other nodes hold (`SETTLE` after this
+    /// node's last failed Redis call, and after it wrote its routes back): pushes go to
+    /// every node meanwhile.
+    settling_until: Mutex<Option<Instant>>,
     pub stats: Stats,
     core: OnceLock<Arc<Core>>,
     presence: OnceLock<Arc<PresenceThrottle>>,
@@ -209,6 +219,7 @@ impl Cluster {
             lease,
             refresh: Duration::from_secs(c.refresh_secs),
             rewrite: AtomicBool::new(false),
+            settling_until: Mutex::new(None),
             switches: Mutex::new(HashMap::new()),
             started_ms: crate::clock::now_ms(),
             recheck_asked: Notify::new(),
@@ -323,10 +334,33 @@ impl Cluster {
         }
     }
 
+    /// Closes `older`, a connection of the device whose route a newer one holds now
+    /// (`replaced`), on whichever node holds it; a no-op if it is gone already.
+    fn close_replaced(&self, user: &str, device: &str, older: &routes::Route) {
+        if older.node == self.node {
+            self.hub.kick(user, device, older.session, Close::Replaced);
+            return;
+        }
+        let kick = wire::Message::Kick {
+            user,
+            device,
+            session: older.session,
+        };
+        self.queue(Out::To(older.node, wire::encode(self.node, kick)));
+    }
+
     fn presence_changed(&self, user: &str) {
         if let Some(p) = self.presence.get() {
             p.changed(user);
         }
+    }
+
+    /// A Redis call failed: Redis may have lost the routes (restarted empty), or missed
+    /// changes of them. Every route of this node is written again at the next tick that
+    /// reaches Redis, and until `SETTLE` after that, pushes go to every node.
+    fn routes_unsure(&self) {
+        self.rewrite.store(true, Ordering::Release);
+        *self.settling_until.lock().expect("settling") = Some(Instant::now() + SETTLE);
     }
 
     async fn redis<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
@@ -336,12 +370,12 @@ impl Cluster {
                 Some(v)
             }
             Ok(Err(e)) => {
-                self.rewrite.store(true, Ordering::Release);
+                self.routes_unsure();
                 self.health.fail(Part::Routes, &e.to_string());
                 None
             }
             Err(_) => {
-                self.rewrite.store(true, Ordering::Release);
+                self.routes_unsure();
                 self.health
                     .fail(Part::Routes, "Redis did not answer within 2 s");
                 None
@@ -391,9 +425,23 @@ impl Cluster {
         }
     }
 
+    /// Whether the routes may still lack some other node's (`settling_until`).
+    fn settling(&self) -> bool {
+        let mut until = self.settling_until.lock().expect("settling");
+        match *until {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                *until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Reads the routes of every user of `pushes` at once and publishes one message to
-    /// each other node that holds any of their devices. Without the routes (Redis away),
-    /// one message to every node: each pushes to whatever devices it holds.
+    /// each other node that holds any of their devices. Without the routes (Redis away, or
+    /// just back and the other nodes' routes maybe not written yet), one message to every
+    /// node: each pushes to whatever devices it holds.
     async fn round(&self, mut pushes: Vec<Outgoing>) {
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
         let counters: Vec<Option<oneshot::Sender<u32>>> =
@@ -408,7 +456,12 @@ impl Cluster {
                 });
             }
         }
-        let Some(routes) = self.redis(self.routes.lookup(&users)).await else {
+        let routes = if self.settling() {
+            None
+        } else {
+            self.redis(self.routes.lookup(&users)).await
+        };
+        let Some(routes) = routes else {
             let all: Vec<wire::Push<'_>> = pushes
                 .iter()
                 .filter_map(|p| {
@@ -630,39 +683,58 @@ impl Cluster {
                     }
                 }
                 let connections = self.hub.connections();
-                let Some((lost, written)) = self.redis(self.routes.refresh(&connections)).await
-                else {
+                let Some(found) = self.redis(self.routes.refresh(&connections)).await else {
                     continue;
                 };
                 refreshed = Instant::now();
-                for i in lost {
-                    let (user, device, session) = &connections[i];
-                    self.hub.kick(user, device, *session, Close::Replaced);
+                if rewrite {
+                    *self.settling_until.lock().expect("settling") = Some(refreshed + SETTLE);
                 }
                 // A route written again was gone: its friends may have been told the user
                 // went offline (another node took this one for dead), or never told it came
                 // online (it connected while Redis was away). Telling what is true again
                 // is a no-op where they were told so already. A connection that closed
                 // since the list was read had taken its route out: written again, it goes.
-                if !written.is_empty() {
-                    let now: std::collections::HashSet<(String, String, u64)> =
-                        self.hub.connections().into_iter().collect();
-                    let mut users = Vec::with_capacity(written.len());
-                    for i in written {
-                        let (user, device, session) = &connections[i];
-                        if !now.contains(&connections[i]) {
-                            let _ = self
-                                .redis(self.routes.unregister(user, device, *session))
-                                .await;
+                let mut now: Option<std::collections::HashSet<(String, String, u64)>> = None;
+                let mut users = Vec::new();
+                for (c, found) in connections.iter().zip(found) {
+                    match found {
+                        Refreshed::Held => {}
+                        Refreshed::Lost => {
+                            self.hub
+                                .kick(&c.user, &c.device, c.session, Close::Replaced);
                         }
-                        users.push(user.as_str());
-                    }
-                    users.sort_unstable();
-                    users.dedup();
-                    for user in users {
-                        self.presence_changed(user);
+                        Refreshed::TookOver(older) => {
+                            self.close_replaced(&c.user, &c.device, &older);
+                        }
+                        Refreshed::Written => {
+                            // By session: `at` may have moved since (a registration).
+                            let now = now.get_or_insert_with(|| {
+                                self.hub
+                                    .connections()
+                                    .into_iter()
+                                    .map(|c| (c.user, c.device, c.session))
+                                    .collect()
+                            });
+                            if !now.contains(&(c.user.clone(), c.device.clone(), c.session)) {
+                                let _ = self
+                                    .redis(self.routes.unregister(&c.user, &c.device, c.session))
+                                    .await;
+                            }
+                            users.push(c.user.as_str());
+                        }
                     }
                 }
+                users.sort_unstable();
+                users.dedup();
+                for user in users {
+                    self.presence_changed(user);
+                }
+            }
+            // Changes told while Redis was away could not be read then: with the routes
+            // written back, they are read again.
+            if let Some(p) = self.presence.get() {
+                p.settle();
             }
             if reaped.elapsed() < reap_every {
                 continue;
@@ -903,6 +975,10 @@ impl Delivery for Cluster {
         })
     }
 
+    fn offline_unsure(&self) -> bool {
+        self.settling()
+    }
+
     fn degraded(&self) -> Vec<String> {
         self.health.reasons()
     }
@@ -923,10 +999,12 @@ impl Links for Cluster {
     fn connected<'a>(&'a self, device: &'a Device, first: bool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let registered = self
-                .redis(
-                    self.routes
-                        .register(&device.user_id, &device.device_id, device.session),
-                )
+                .redis(self.routes.register(
+                    &device.user_id,
+                    &device.device_id,
+                    device.session,
+                    device.at.load(Ordering::Relaxed),
+                ))
                 .await;
             let Some(r) = registered else {
                 // Redis is away: the refresh writes the route when it is back.
@@ -935,15 +1013,11 @@ impl Links for Cluster {
                 }
                 return;
             };
+            device.at.store(r.at, Ordering::Relaxed);
             if let Some(old) = &r.replaced
                 && old.node != self.node
             {
-                let kick = wire::Message::Kick {
-                    user: &device.user_id,
-                    device: &device.device_id,
-                    session: old.session,
-                };
-                self.queue(Out::To(old.node, wire::encode(self.node, kick)));
+                self.close_replaced(&device.user_id, &device.device_id, old);
             }
             if r.replaced.is_none() && r.others == 0 {
                 self.presence_changed(&device.user_id);

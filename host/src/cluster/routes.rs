@@ -2,8 +2,12 @@
 //! prefix `p`:
 //!
 //! - `p:dev:{user}`: the set of the user's device ids that have (or recently had) a route;
-//! - `p:route:{user}:{device}`: `{nodeId}:{sessionId}` of the device's connection, with
-//!   an expiry (`route_ttl_secs`, 90 s) that the holding node refreshes;
+//! - `p:route:{user}:{device}`: `{nodeId}:{sessionId}:{at}` of the device's connection,
+//!   with an expiry (`route_ttl_secs`, 90 s) that the holding node refreshes. `at` (Unix
+//!   milliseconds) orders the device's connections: the newer holds the route. It is the
+//!   connection's time, raised past the route it replaced, so a registration made through
+//!   Redis is newer than what it replaced whatever the nodes' clocks say; only connections
+//!   made while Redis was away are ordered by their nodes' clocks alone;
 //! - `p:node:{nodeId}`: the live node's lease on its number (`lease_secs`);
 //! - `p:nodedev:{nodeId}`: the `{user}:{device}` routes a node wrote, so that when it dies
 //!   another node can take its routes out at once rather than after their expiry;
@@ -20,6 +24,8 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 
+use crate::gateway::hub::Connection;
+
 /// Where a device is connected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
@@ -28,12 +34,15 @@ pub struct Route {
 }
 
 impl Route {
-    fn encode(&self) -> String {
-        format!("{}:{}", self.node, self.session)
+    /// What names the connection in a route's value: `{nodeId}:{sessionId}:`.
+    fn id(&self) -> String {
+        format!("{}:{}:", self.node, self.session)
     }
 
+    /// Reads `{nodeId}:{sessionId}:{at}` (or an earlier release's `{nodeId}:{sessionId}`).
     fn decode(s: &str) -> Option<Route> {
-        let (node, session) = s.split_once(':')?;
+        let (node, rest) = s.split_once(':')?;
+        let session = rest.split_once(':').map_or(rest, |(session, _)| session);
         Some(Route {
             node: node.parse().ok()?,
             session: session.parse().ok()?,
@@ -48,15 +57,48 @@ pub struct Registered {
     pub replaced: Option<Route>,
     /// The user's other devices with a live route.
     pub others: u32,
+    /// The connection's place in the device's order (`at`), as written.
+    pub at: u64,
 }
 
-/// Writes the route (the new connection wins, always), notes it under the node, and
-/// counts the user's other live devices (forgetting those whose route expired).
-/// KEYS: route, dev set, node's set. ARGV: device, value, ttl, `{user}:{device}`, the
-/// user's route-key prefix.
-const REGISTER: &str = r"
+/// What a refresh found for one connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refreshed {
+    /// The route was this connection's and still is.
+    Held,
+    /// The route was gone (it expired, another node took it out as a dead node's, or
+    /// Redis restarted empty) and is written again.
+    Written,
+    /// An older connection of the device held the route (both were made while Redis was
+    /// away); it is this one's now, and that one must close.
+    TookOver(Route),
+    /// A newer connection holds the route: this one was replaced and must close.
+    Lost,
+}
+
+/// `at` of a route's value (`ARGV`-free helper, `0` for an earlier release's value).
+macro_rules! route_at {
+    () => {
+        r"
+local function route_at(v)
+  return tonumber(string.match(v, '^%d+:%d+:(%d+)$')) or 0
+end
+"
+    };
+}
+
+/// Writes the route (the new connection wins, always: its `at` is raised past the one it
+/// replaces), notes it under the node, and counts the user's other live devices
+/// (forgetting those whose route expired). KEYS: route, dev set, node's set. ARGV: device,
+/// `{nodeId}:{sessionId}:`, ttl, `{user}:{device}`, the user's route-key prefix, the
+/// connection's time. Returns the value replaced, the count and the `at` written.
+const REGISTER: &str = concat!(
+    route_at!(),
+    r"
 local old = redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+local at = tonumber(ARGV[6])
+if old and route_at(old) >= at then at = route_at(old) + 1 end
+redis.call('SET', KEYS[1], ARGV[2] .. string.format('%d', at), 'EX', ARGV[3])
 local others = 0
 for _, d in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if d ~= ARGV[1] then
@@ -67,8 +109,9 @@ end
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[4])
-return {old or '', others}
-";
+return {old or '', others, string.format('%d', at)}
+"
+);
 
 /// The end of a script that took a route out: removes the device (ARGV[1]) from the dev
 /// set (KEYS[2]) and returns the user's live devices left, forgetting those whose route
@@ -89,29 +132,44 @@ return left
 
 /// Removes the route only if it is still this connection's; the user's live devices
 /// left, or -1 if the route was not this connection's (a newer one holds it).
-/// KEYS: route, dev set, node's set. ARGV: device, value, `{user}:{device}`, prefix.
+/// KEYS: route, dev set, node's set. ARGV: device, `{nodeId}:{sessionId}:`,
+/// `{user}:{device}`, prefix.
 const UNREGISTER: &str = concat!(
     r"
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then return -1 end
+local cur = redis.call('GET', KEYS[1])
+if not cur or string.sub(cur, 1, #ARGV[2]) ~= ARGV[2] then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[3], ARGV[3])",
     devices_left!()
 );
 
-/// Refreshes a route this node holds (1), or writes it again if it was gone (2: it expired,
-/// another node took it out as a dead node's, or Redis restarted empty); 0 if another
-/// connection holds it now (this one was replaced and must close).
-/// KEYS: route, dev set, node's set. ARGV: device, value, ttl, `{user}:{device}`.
-const REFRESH: &str = r"
+/// Refreshes a route this connection holds (1); writes it again if it was gone (2); takes
+/// it over from an older connection of the device (3, with the older one's value); or 0 if
+/// a newer connection holds it. Older and newer go by `at`, then by the value (two
+/// connections with one `at`: any order both nodes agree on).
+/// KEYS: route, dev set, node's set. ARGV: device, `{nodeId}:{sessionId}:`, ttl,
+/// `{user}:{device}`, `at`.
+const REFRESH: &str = concat!(
+    route_at!(),
+    r"
 local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+local mine = ARGV[2] .. ARGV[5]
+local code = 2
+if cur and string.sub(cur, 1, #ARGV[2]) == ARGV[2] then
+  code = 1
+  mine = cur
+elseif cur then
+  local theirs, at = route_at(cur), tonumber(ARGV[5])
+  if theirs > at or (theirs == at and cur > mine) then return {0, cur} end
+  code = 3
+end
+redis.call('SET', KEYS[1], mine, 'EX', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('SADD', KEYS[3], ARGV[4])
-if cur then return 1 end
-return 2
-";
+return {code, cur or ''}
+"
+);
 
 /// Takes out a route this node wrote whose connection is gone (its removal failed while
 /// Redis was away): the route only if this node still holds it. The user's live devices
@@ -239,21 +297,24 @@ impl Routes {
         format!("{}node:{node}", self.prefix)
     }
 
+    /// What names this node's connection `session` in a route's value.
     fn mine(&self, session: u64) -> String {
         Route {
             node: self.node,
             session,
         }
-        .encode()
+        .id()
     }
 
+    /// Writes the route of the connection `session`, made at `at` (Unix milliseconds).
     pub async fn register(
         &self,
         user: &str,
         device: &str,
         session: u64,
+        at: u64,
     ) -> RedisResult<Registered> {
-        let (old, others): (String, u32) = self
+        let (old, others, written): (String, u32, u64) = self
             .register
             .key(self.route_key(user, device))
             .key(self.dev_key(user))
@@ -263,11 +324,13 @@ impl Routes {
             .arg(self.ttl)
             .arg(format!("{user}:{device}"))
             .arg(self.route_prefix(user))
+            .arg(at)
             .invoke_async(&mut self.conn())
             .await?;
         Ok(Registered {
             replaced: Route::decode(&old),
             others,
+            at: written,
         })
     }
 
@@ -292,41 +355,32 @@ impl Routes {
         Ok(u32::try_from(left).ok())
     }
 
-    /// Refreshes every route of this node's connections in one pipeline: the connections
-    /// whose route another connection holds now, and those whose route was gone and is
-    /// written again.
-    pub async fn refresh(
-        &self,
-        connections: &[(String, String, u64)],
-    ) -> RedisResult<(Vec<usize>, Vec<usize>)> {
-        let mut lost = Vec::new();
-        let mut written = Vec::new();
-        for (start, chunk) in connections
-            .chunks(1000)
-            .enumerate()
-            .map(|(i, c)| (i * 1000, c))
-        {
+    /// Refreshes every route of this node's connections in one pipeline: what each found,
+    /// in the order of `connections`.
+    pub async fn refresh(&self, connections: &[Connection]) -> RedisResult<Vec<Refreshed>> {
+        let mut found = Vec::with_capacity(connections.len());
+        for chunk in connections.chunks(1000) {
             let mut pipe = redis::pipe();
-            for (user, device, session) in chunk {
-                let mut inv = self.refresh.key(self.route_key(user, device));
-                inv.key(self.dev_key(user))
+            for c in chunk {
+                let mut inv = self.refresh.key(self.route_key(&c.user, &c.device));
+                inv.key(self.dev_key(&c.user))
                     .key(self.node_devices_key(self.node))
-                    .arg(device)
-                    .arg(self.mine(*session))
+                    .arg(&c.device)
+                    .arg(self.mine(c.session))
                     .arg(self.ttl)
-                    .arg(format!("{user}:{device}"));
+                    .arg(format!("{}:{}", c.user, c.device))
+                    .arg(c.at);
                 pipe.invoke_script(&inv);
             }
-            let held: Vec<i64> = self.pipeline(&pipe, &self.refresh).await?;
-            for (i, h) in held.iter().enumerate() {
-                match h {
-                    0 => lost.push(start + i),
-                    2 => written.push(start + i),
-                    _ => {}
-                }
-            }
+            let replies: Vec<(i64, String)> = self.pipeline(&pipe, &self.refresh).await?;
+            found.extend(replies.into_iter().map(|(code, cur)| match code {
+                1 => Refreshed::Held,
+                2 => Refreshed::Written,
+                3 => Route::decode(&cur).map_or(Refreshed::Written, Refreshed::TookOver),
+                _ => Refreshed::Lost,
+            }));
         }
-        Ok((lost, written))
+        Ok(found)
     }
 
     /// Takes out the routes this node wrote whose connection is not among `connections`
@@ -334,7 +388,7 @@ impl Routes {
     /// gone); the users left with no live device.
     pub async fn prune(
         &self,
-        connections: impl FnOnce() -> Vec<(String, String, u64)>,
+        connections: impl FnOnce() -> Vec<Connection>,
     ) -> RedisResult<Vec<String>> {
         let written: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.node_devices_key(self.node))
@@ -342,7 +396,7 @@ impl Routes {
             .await?;
         let live: std::collections::HashSet<String> = connections()
             .into_iter()
-            .map(|(user, device, _)| format!("{user}:{device}"))
+            .map(|c| format!("{}:{}", c.user, c.device))
             .collect();
         let gone: Vec<&String> = written.iter().filter(|w| !live.contains(*w)).collect();
         let mut offline = Vec::new();
@@ -573,5 +627,27 @@ impl Routes {
             .filter(|(_, r)| r.is_empty())
             .map(|(u, _)| u)
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Route;
+
+    #[test]
+    fn a_route_reads_with_its_time_and_without() {
+        let r = Route {
+            node: 3,
+            session: 18_446_744_073_709_551_615,
+        };
+        assert_eq!(r.id(), "3:18446744073709551615:");
+        assert_eq!(
+            Route::decode("3:18446744073709551615:1796644204170"),
+            Some(r.clone())
+        );
+        assert_eq!(Route::decode("3:18446744073709551615"), Some(r));
+        assert_eq!(Route::decode("3"), None);
+        assert_eq!(Route::decode(""), None);
+        assert_eq!(Route::decode("x:1:2"), None);
     }
 }

@@ -22,6 +22,9 @@ pub struct Device {
     pub user_id: String,
     pub device_id: String,
     pub session: u64,
+    /// Its place among its device's connections across nodes (Unix milliseconds): when it
+    /// was made, raised past the connection its route replaced (cluster mode).
+    pub at: AtomicU64,
     /// The token the connection was opened with (logout closes its connections).
     pub token: TokenId,
     pub outbox: Outbox,
@@ -52,6 +55,7 @@ impl Device {
             device_id,
             token,
             session: Hub::new_session(),
+            at: AtomicU64::new(u64::try_from(crate::clock::now_ms()).unwrap_or(0)),
             outbox: Outbox::new(outbox_frames, outbox_bytes, hub.budget.clone()),
             in_flight: AtomicUsize::new(0),
             presence: false,
@@ -90,6 +94,16 @@ impl Respond for Device {
     fn session(&self) -> u64 {
         self.session
     }
+}
+
+/// A connection as the routes know it.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub user: String,
+    pub device: String,
+    pub session: u64,
+    /// `Device::at`.
+    pub at: u64,
 }
 
 const SHARDS: usize = 32;
@@ -181,9 +195,14 @@ impl Hub {
         Some(last)
     }
 
-    /// Every connection on this node: (user, device, session).
-    pub fn connections(&self) -> Vec<(String, String, u64)> {
-        self.each(|d| (d.user_id.clone(), d.device_id.clone(), d.session))
+    /// Every connection on this node.
+    pub fn connections(&self) -> Vec<Connection> {
+        self.each(|d| Connection {
+            user: d.user_id.clone(),
+            device: d.device_id.clone(),
+            session: d.session,
+            at: d.at.load(Ordering::Relaxed),
+        })
     }
 
     /// Every connection on this node, with the token it was opened with.

@@ -3,7 +3,7 @@
 //! the device's route in Redis is written and removed too, and presence is what the
 //! routes say.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,11 +51,14 @@ impl Links for Alone {
 /// At most one presence frame per user per interval from this node: a change within the
 /// interval of the last one told is told at its end, if the user's presence then still
 /// differs from what friends were last told (`Delivery::must_tell`: in a cluster, by any
-/// node); going offline is told only if it still holds an interval later.
+/// node); going offline is told only if it still holds an interval later. A change whose
+/// presence could not be read, or was read offline while that is unsure (Redis away or just
+/// back), waits in `unsettled` until `settle`.
 pub struct PresenceThrottle {
     core: Arc<Core>,
     interval: Duration,
     told: Mutex<HashMap<String, Told>>,
+    unsettled: Mutex<HashSet<String>>,
 }
 
 struct Told {
@@ -74,7 +77,17 @@ impl PresenceThrottle {
             core,
             interval,
             told: Mutex::new(HashMap::new()),
+            unsettled: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// Looks again at the changes whose presence could not be read (cluster mode: once
+    /// Redis answers again).
+    pub fn settle(self: &Arc<Self>) {
+        let users = std::mem::take(&mut *self.unsettled.lock().expect("presence"));
+        for user in users {
+            self.changed(&user);
+        }
     }
 
     /// `user_id` may have come online or gone offline.
@@ -116,7 +129,18 @@ impl PresenceThrottle {
                 t.pending = false;
                 t.online
             };
-            let Some(online) = online else { return };
+            // Offline read off routes that other nodes may not have written back yet is
+            // read again later, as an unreadable one is.
+            if online == Some(false) && this.core.delivery.offline_unsure() {
+                online = None;
+            }
+            let Some(online) = online else {
+                let mut unsettled = this.unsettled.lock().expect("presence");
+                if unsettled.len() < REMEMBERED {
+                    unsettled.insert(user);
+                }
+                return;
+            };
             if !this.core.delivery.must_tell(&user, online, last).await {
                 return;
             }

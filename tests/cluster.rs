@@ -591,6 +591,26 @@ fn redis_has(url: &str, key: &str) -> bool {
     }
 }
 
+/// The value of `key` in the Redis at `url` (`redis://host:port`), if it is there.
+fn redis_get(url: &str, key: &str) -> Option<String> {
+    use std::io::{BufRead as _, Write as _};
+    let addr = url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap();
+    let mut r = std::net::TcpStream::connect(addr).unwrap();
+    r.write_all(format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).as_bytes())
+        .unwrap();
+    let mut lines = std::io::BufReader::new(r).lines();
+    let head = lines.next().unwrap().unwrap();
+    if head == "$-1" {
+        return None;
+    }
+    assert!(head.starts_with('$'), "GET answered {head:?}");
+    Some(lines.next().unwrap().unwrap())
+}
+
 /// Makes the Redis at `port` answer nobody for `ms` (it keeps its data, as a Redis behind
 /// a stalled network does).
 fn pause_redis(port: u16, ms: u64) {
@@ -661,6 +681,25 @@ async fn a_device_that_moved_while_redis_was_away_keeps_its_newer_connection() {
         n[0].connect(&alice, "phone").await,
         n[1].connect(&alice, "laptop").await,
     ];
+    // The route names its node and session, and orders the device's connections by time
+    // (deploy.md has its form).
+    let url = redis.url();
+    let route = |device: &str| {
+        redis_get(&url, &format!("{}:route:alice:{device}", w.prefix))
+            .unwrap_or_else(|| panic!("alice's {device} has no route"))
+    };
+    let phone = route("phone");
+    let parts: Vec<&str> = phone.split(':').collect();
+    assert_eq!((parts.len(), parts[0]), (3, "1"), "{phone}");
+    let at: i64 = parts[2].parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        (now - at).abs() < 60_000,
+        "{phone}: not a time of now ({now})"
+    );
 
     redis.down();
     degraded_everywhere(&n, "redis:").await;
@@ -674,6 +713,8 @@ async fn a_device_that_moved_while_redis_was_away_keeps_its_newer_connection() {
     for (i, ws) in older.iter_mut().enumerate() {
         assert_eq!(ws.closed().await.0, Some(4001), "the older connection {i}");
     }
+    assert!(route("phone").starts_with("2:"), "{}", route("phone"));
+    assert!(route("laptop").starts_with("1:"), "{}", route("laptop"));
     send_ok(
         &mut b,
         text("1", "moved-1", peer("alice"), "after the outage"),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::groups::gtext;
 use common::server::{
-    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, ok, peer, send_err, send_ok, setup, text,
-    with_token,
+    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, call, ok, peer, send_err, send_ok, setup,
+    text, with_token,
 };
 use common::webhook::{Mode, Receiver};
 use serde_json::{Value, json};
@@ -1834,6 +1834,20 @@ async fn a_full_disk_refuses_sends_and_loses_nothing() {
     let mut a = s.connect(&alice, "phone").await;
     let err = send_err(&mut a, text("again", &refused, peer("bob"), &body)).await;
     assert_eq!(err["code"], "store_unavailable", "{err}");
+    // More refused sends, over the WebSocket and over HTTP (counted below in the log).
+    for i in 0..10 {
+        let (id, cmid) = (format!("w{i}"), format!("full-w{i}"));
+        let err = send_err(&mut a, text(&id, &cmid, peer("bob"), &body)).await;
+        assert_eq!(err["code"], "store_unavailable", "{err}");
+        let send = json!({"clientMsgId": format!("full-h{i}"), "conversationType": 1,
+            "peerId": "bob", "contentType": 1, "payload": {"text": body}});
+        let (status, answer) = call(&s, &alice, "POST", "/v1/messages", Some(send)).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (503, Some("store_unavailable")),
+            "{answer}"
+        );
+    }
 
     // Room again: the refused send is stored as new, and the next after it.
     std::fs::remove_file(&filler).unwrap();
@@ -1846,8 +1860,20 @@ async fn a_full_disk_refuses_sends_and_loses_nothing() {
     s.restart();
     assert_eq!(stored(s.pull_all(&bob, conversation).await), acked);
 
-    // A failing checkpoint is logged when it starts and then every 10 s at most.
-    let lines = s.log().matches("SQLite checkpoint failed").count();
+    // A failing checkpoint, and a failing commit, is logged when it starts and then every
+    // 10 s at most (each of the two runs on the full disk starts its own), not once or
+    // twice per refused send: 22 were refused.
+    let log = s.log();
     let most = 2 * (2 + started.elapsed().as_secs() / 10) as usize;
+    let lines = log.matches("SQLite checkpoint failed").count();
     assert!(lines <= most, "{lines} checkpoint lines (at most {most})");
+    let lines = log.matches("commit failed").count() + log.matches("batches failed").count();
+    assert!(
+        lines <= most,
+        "{lines} lines of failed commits (at most {most})"
+    );
+    assert!(
+        !log.contains("did not accept the write"),
+        "a line per refused answer:\n{log}"
+    );
 }

@@ -57,8 +57,13 @@ pub fn envelope(e: &Error) -> serde_json::Value {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = status(self.code);
-        if status.is_server_error() {
+        // A 503's cause is logged, or counted, where it arose (a database error once per
+        // run of them, a guard in the summary line): one line per answer would repeat it
+        // as often as clients retry.
+        if self.code == Code::Internal {
             tracing::error!(code = self.code.as_str(), "{}", self.message);
+        } else if status.is_server_error() {
+            tracing::debug!(code = self.code.as_str(), "{}", self.message);
         }
         let mut res = (status, Json(envelope(&self))).into_response();
         if let Some(secs) = self.retry_after {

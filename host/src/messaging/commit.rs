@@ -16,7 +16,10 @@ use crate::protocol::Error;
 use crate::protocol::frames::{self, ReadAck, ReceivedAck, SendAck};
 use crate::store::batch::{BatchError, RecipientCache};
 use crate::store::{Store, Writer};
-use crate::telemetry::{self, SendOutcome};
+use crate::telemetry::{self, Repeats, Say, SendOutcome};
+
+/// Failed commit batches, for the log (a full disk fails every one; the metrics count each).
+static FAILURES: Repeats = Repeats::new();
 
 /// A stored send's or a read's answer, for the HTTP endpoints.
 #[derive(Debug)]
@@ -156,6 +159,9 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
         );
         match result {
             Ok(outcomes) => {
+                if let Some(failed) = FAILURES.worked() {
+                    tracing::info!(failures = failed, "commits work again");
+                }
                 let mut pushes = Vec::with_capacity(outcomes.len());
                 let mut committed = Vec::new();
                 for ((op, reply), outcome) in ops.drain(..).zip(replies.drain(..)).zip(outcomes) {
@@ -200,7 +206,14 @@ pub async fn run(mut rx: mpsc::Receiver<Job>, shared: Arc<Shared>) {
                 }
             }
             Err(e) => {
-                tracing::error!(batch = ops.len(), "commit failed: {e}");
+                match FAILURES.failed() {
+                    Say::First => tracing::error!(batch = ops.len(), "commit failed: {e}"),
+                    Say::Again(n) => tracing::error!(
+                        failures = n,
+                        "{n} commit batches failed since the last line: {e}"
+                    ),
+                    Say::Quiet => {}
+                }
                 let err = Error::unavailable("the database did not accept the write; retry");
                 for op in ops.drain(..) {
                     count_refused(&op, &err);

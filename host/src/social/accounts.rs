@@ -197,6 +197,10 @@ impl Core {
                 Err(e) => return Err(e),
             }
         }
+        tracing::warn!(
+            user = %alias,
+            "a deletion gave up: the account's groups kept changing while it left them"
+        );
         Err(Error::unavailable(
             "the account's groups kept changing while it left them; delete it again",
         ))

@@ -31,6 +31,7 @@ use sqlx::migrate::Migrator;
 use sqlx::{Any, AnyPool, Connection as _, Either, Execute, Executor as _};
 
 use crate::config::{SqliteSync, StorageConfig};
+use crate::telemetry::{Repeats, Say};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -867,11 +868,8 @@ const WRITER_PRAGMAS: &str =
 /// checkpoint that works again says so.
 async fn checkpoints(read: AnyPool, busy: Duration) {
     const IDLE: Duration = Duration::from_millis(100);
-    const SUMMARY: Duration = Duration::from_secs(10);
     let (mut wait, mut frames) = (busy, None);
-    // Failures since the last line, when that line was written, and in all since the
-    // checkpoints started failing.
-    let (mut unsaid, mut said, mut failing) = (0u64, tokio::time::Instant::now(), 0u64);
+    let failures = Repeats::new();
     loop {
         tokio::time::sleep(wait).await;
         if read.is_closed() {
@@ -889,23 +887,18 @@ async fn checkpoints(read: AnyPool, busy: Duration) {
                     false => (wait * 2).min(IDLE),
                 };
                 frames = now;
-                if failing > 0 {
-                    tracing::info!(failures = failing, "SQLite checkpoints work again");
-                    (unsaid, failing) = (0, 0);
+                if let Some(failed) = failures.worked() {
+                    tracing::info!(failures = failed, "SQLite checkpoints work again");
                 }
             }
             Err(e) => {
-                failing += 1;
-                unsaid += 1;
-                if failing == 1 {
-                    tracing::warn!("SQLite checkpoint failed: {e}");
-                    (unsaid, said) = (0, tokio::time::Instant::now());
-                } else if said.elapsed() >= SUMMARY {
-                    tracing::warn!(
-                        failures = unsaid,
-                        "SQLite checkpoint failed {unsaid} times since the last line: {e}"
-                    );
-                    (unsaid, said) = (0, tokio::time::Instant::now());
+                match failures.failed() {
+                    Say::First => tracing::warn!("SQLite checkpoint failed: {e}"),
+                    Say::Again(n) => tracing::warn!(
+                        failures = n,
+                        "SQLite checkpoint failed {n} times since the last line: {e}"
+                    ),
+                    Say::Quiet => {}
                 }
                 wait = IDLE;
             }
@@ -951,9 +944,25 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// A database error, for an answer: logged in full, answered `store_unavailable`.
+/// Database errors answered `store_unavailable`, for the log: a database gone fails every
+/// request, and says so once (`Repeats`).
+pub(crate) static FAILURES: Repeats = Repeats::new();
+
+/// Logs a database error that an answer will only call `store_unavailable`.
+pub(crate) fn log_failure(e: &dyn std::fmt::Display) {
+    match FAILURES.failed() {
+        Say::First => tracing::error!("database: {e}"),
+        Say::Again(n) => tracing::error!(
+            failures = n,
+            "database: {n} requests failed since the last line: {e}"
+        ),
+        Say::Quiet => {}
+    }
+}
+
+/// A database error, for an answer: logged (`log_failure`), answered `store_unavailable`.
 pub fn unavailable(e: sqlx::Error) -> crate::protocol::Error {
-    tracing::error!("database: {e}");
+    log_failure(&e);
     crate::protocol::Error::unavailable("the database did not answer; retry")
 }
 

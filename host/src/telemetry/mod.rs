@@ -11,6 +11,9 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::plugins::meters as plugin;
 
 mod local;
+mod repeats;
+
+pub use repeats::{Repeats, Say};
 
 pub const CONNECTIONS: &str = "courier_connections";
 pub const USERS_ONLINE: &str = "courier_users_online";

@@ -30,9 +30,9 @@ pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting};
 pub type ByConversation<V> = foldhash::HashMap<i64, V>;
 
 impl From<BatchError> for Error {
-    /// Logged in full; answered `store_unavailable`.
+    /// Logged (`store::log_failure`); answered `store_unavailable`.
     fn from(e: BatchError) -> Error {
-        tracing::error!("database: {e}");
+        super::log_failure(&e);
         Error::unavailable("the database did not accept the write; retry")
     }
 }

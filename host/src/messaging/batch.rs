@@ -670,6 +670,7 @@ async fn run(
             } => {
                 flush(d, conn, &mut pending, ctx.now).await?;
                 read(
+                    d,
                     conn,
                     user_id,
                     *conversation_id,
@@ -860,6 +861,7 @@ async fn send(
 }
 
 async fn read(
+    d: Dialect,
     conn: &mut AnyConnection,
     user_id: &str,
     conversation_id: i64,
@@ -898,7 +900,7 @@ async fn read(
     } else {
         acc_at(conn, conversation_id, end).await?.unwrap_or(0)
     };
-    let recalled = recalled_counting(conn, conversation_id, read_seq, end).await?;
+    let recalled = recalled_counting(d, conn, conversation_id, read_seq, end).await?;
     Ok(Outcome::Read {
         conversation_id,
         conversation_type: head.conversation_type,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
-use super::batch::{RECALLED_COUNTING, Stored};
+use super::batch::{RECALLED_COUNTING, Stored, recalls_in};
 use super::{Dialect, Store, json, lines, lines_of};
 use crate::protocol::{Pair, Refused};
 
@@ -496,15 +496,16 @@ impl Store {
         if ranges.is_empty() {
             return Ok(Vec::new());
         }
+        let messages = recalls_in(self.dialect());
         let sql = match self.dialect() {
             Dialect::Postgres => format!(
-                "SELECT (SELECT COUNT(*) FROM messages WHERE conversation_id = CAST(e.v->>0 AS BIGINT) \
+                "SELECT (SELECT COUNT(*) FROM {messages} WHERE conversation_id = CAST(e.v->>0 AS BIGINT) \
                  AND seq > CAST(e.v->>1 AS BIGINT) AND seq <= CAST(e.v->>2 AS BIGINT) \
                  AND {RECALLED_COUNTING}) FROM jsonb_array_elements(CAST($1 AS jsonb)) \
                  WITH ORDINALITY e(v, i) ORDER BY e.i"
             ),
             Dialect::Sqlite => format!(
-                "SELECT (SELECT COUNT(*) FROM messages WHERE conversation_id = e.value->>0 \
+                "SELECT (SELECT COUNT(*) FROM {messages} WHERE conversation_id = e.value->>0 \
                  AND seq > e.value->>1 AND seq <= e.value->>2 AND {RECALLED_COUNTING}) \
                  FROM json_each($1) e ORDER BY e.key"
             ),

@@ -19,7 +19,7 @@ pub use pairs::{
     Created, create_pairs, creation_locks, find_pairs, pair_lock, resolve_pairs, uncreate_pairs,
     user_lock,
 };
-pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting};
+pub use reads::{RECALLED_COUNTING, acc_at, read_position, recalled_counting, recalls_in};
 
 /// A map by conversation id, the key of most of a batch's lookups (its heads, members and
 /// versions, and what a committer remembers between batches). Only conversations read

@@ -2,6 +2,8 @@
 
 use sqlx::{AnyConnection, Row as _};
 
+use crate::store::Dialect;
+
 /// The messages unread subtracts from the running counts: recalled ones that counted (a
 /// macro so that statements can be put together at compile time).
 macro_rules! recalled_counting_sql {
@@ -13,18 +15,31 @@ macro_rules! recalled_counting_sql {
 /// The messages unread subtracts from the running counts (`recalled_counting_sql!`).
 pub const RECALLED_COUNTING: &str = recalled_counting_sql!();
 
+/// The table as the statements counting `RECALLED_COUNTING` in a range of seqs read it:
+/// on SQLite through the partial index of those messages, by name. SQLite's planner has no
+/// statistics (the server runs no `ANALYZE`) and took the primary key for the same range,
+/// reading every message in it, large payloads' overflow pages included: 3.3 ms for a range
+/// of 10,760 messages of a mega-group audit's database against 0.006 ms by the index.
+pub fn recalls_in(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Sqlite => "messages INDEXED BY messages_recalled_counting",
+        Dialect::Postgres => "messages",
+    }
+}
+
 /// Recalled messages that counted toward unread, in `(after, upto]`: what unread
 /// subtracts from the running counts.
 pub async fn recalled_counting(
+    d: Dialect,
     conn: &mut AnyConnection,
     conversation_id: i64,
     after: i64,
     upto: i64,
 ) -> sqlx::Result<i64> {
-    sqlx::query(concat!(
-        "SELECT COUNT(*) FROM messages WHERE conversation_id = $1 AND seq > $2 \
-         AND seq <= $3 AND ",
-        recalled_counting_sql!()
+    sqlx::query(&format!(
+        "SELECT COUNT(*) FROM {} WHERE conversation_id = $1 AND seq > $2 \
+         AND seq <= $3 AND {RECALLED_COUNTING}",
+        recalls_in(d)
     ))
     .bind(conversation_id)
     .bind(after)

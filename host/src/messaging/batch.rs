@@ -860,6 +860,7 @@ async fn send(
     Ok(Ok((stored, mem.recipients(), head.unread_acc)))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn read(
     d: Dialect,
     conn: &mut AnyConnection,

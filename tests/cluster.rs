@@ -730,6 +730,53 @@ async fn a_device_that_moved_while_redis_was_away_keeps_its_newer_connection() {
     }
 }
 
+/// Connections made while Redis hangs: the registration of the first of each device waits
+/// in Redis's queue and runs once Redis answers, after the node gave it up; the device's
+/// newer connection, made on the other node meanwhile, still keeps the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_moved_while_redis_hung_keeps_its_newer_connection() {
+    let Some(svc) = services("cluster_redis_hung") else {
+        return;
+    };
+    let Some(redis) = Private::redis("cluster_redis_hung") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-redis-hung").await;
+    let mut w = Wiring::nats(&svc, "redis-hung");
+    w.redis = redis.url();
+    let n = nodes(&db, &w, 2).await;
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let mut b = n[1].connect(&bob, "phone").await;
+
+    redis.hang(true);
+    let (phone, laptop) = tokio::join!(
+        n[0].connect(&alice, "phone"),
+        n[1].connect(&alice, "laptop")
+    );
+    let mut older = [phone, laptop];
+    degraded_everywhere(&n, "redis:").await;
+    let mut newer = [
+        n[1].connect(&alice, "phone").await,
+        n[0].connect(&alice, "laptop").await,
+    ];
+    redis.hang(false);
+    ok_everywhere(&n).await;
+
+    for (i, ws) in older.iter_mut().enumerate() {
+        assert_eq!(ws.closed().await.0, Some(4001), "the older connection {i}");
+    }
+    send_ok(&mut b, text("1", "hung-1", peer("alice"), "after the hang")).await;
+    for (i, ws) in newer.iter_mut().enumerate() {
+        text_arrives(ws, "after the hang").await;
+        assert_eq!(
+            ws.next_within(Duration::from_millis(300)).await,
+            None,
+            "the newer connection {i} stays open"
+        );
+    }
+}
+
 /// Presence changes made while Redis was away (and came back empty, keeping nothing of
 /// what friends were told) are told once it answers: a friend who left meanwhile offline,
 /// one who came meanwhile online.

@@ -269,6 +269,18 @@ impl Private {
         }
     }
 
+    /// Stops it (`SIGSTOP`, `on`: it answers nobody and keeps what it was sent, as
+    /// a process that hangs does) or lets it go on (`SIGCONT`).
+    pub fn hang(&self, on: bool) {
+        let child = self.child.as_ref().expect("running");
+        let done = Command::new("kill")
+            .arg(if on { "-STOP" } else { "-CONT" })
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(done.success(), "kill -{}", if on { "STOP" } else { "CONT" });
+    }
+
     /// Kills it (`kill -9`).
     pub fn down(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -117,6 +117,9 @@ pub struct Cluster {
     refresh: Duration,
     /// A Redis call failed: write every route again once Redis answers.
     rewrite: AtomicBool,
+    /// The last Redis call failed: a connection's calls fail at once until one works
+    /// (`redis_if_up`; the upkeep's calls, every second, always try).
+    away: AtomicBool,
     /// Until when the routes in Redis may lack what other nodes hold (`SETTLE` after this
     /// node's last failed Redis call, and after it wrote its routes back): pushes go to
     /// every node meanwhile.
@@ -219,6 +222,7 @@ impl Cluster {
             lease,
             refresh: Duration::from_secs(c.refresh_secs),
             rewrite: AtomicBool::new(false),
+            away: AtomicBool::new(false),
             settling_until: Mutex::new(None),
             switches: Mutex::new(HashMap::new()),
             started_ms: crate::clock::now_ms(),
@@ -359,13 +363,26 @@ impl Cluster {
     /// changes of them. Every route of this node is written again at the next tick that
     /// reaches Redis, and until `SETTLE` after that, pushes go to every node.
     fn routes_unsure(&self) {
+        self.away.store(true, Ordering::Release);
         self.rewrite.store(true, Ordering::Release);
         *self.settling_until.lock().expect("settling") = Some(Instant::now() + SETTLE);
+    }
+
+    /// As `redis`, but while the last call failed, fails at once without trying: a connect,
+    /// a close or a presence read does not wait out a Redis that hangs (`REDIS_WAIT`) each
+    /// time. The upkeep tries every second and tells when it works again.
+    async fn redis_if_up<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
+        if self.away.load(Ordering::Acquire) {
+            self.routes_unsure();
+            return None;
+        }
+        self.redis(call).await
     }
 
     async fn redis<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
         match tokio::time::timeout(REDIS_WAIT, call).await {
             Ok(Ok(v)) => {
+                self.away.store(false, Ordering::Release);
                 self.health.recover(Part::Routes);
                 Some(v)
             }
@@ -925,7 +942,7 @@ impl Delivery for Cluster {
     /// What the routes say, with this node's own connections.
     fn devices_online<'a>(&'a self, user_id: &'a str) -> BoxFuture<'a, Option<Vec<String>>> {
         Box::pin(async move {
-            let routes = self.redis(self.routes.lookup(&[user_id])).await?;
+            let routes = self.redis_if_up(self.routes.lookup(&[user_id])).await?;
             let mut devices: Vec<String> = routes
                 .into_iter()
                 .flatten()
@@ -941,14 +958,18 @@ impl Delivery for Cluster {
     fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>> {
         Box::pin(async move {
             let refs: Vec<&str> = users.iter().map(String::as_str).collect();
-            let routes = self.redis(self.routes.lookup(&refs)).await?;
-            Some(
-                users
-                    .iter()
-                    .zip(routes)
-                    .map(|(u, r)| !r.is_empty() || self.hub.has(u))
-                    .collect(),
-            )
+            let routes = self.redis_if_up(self.routes.lookup(&refs)).await?;
+            let online: Vec<bool> = users
+                .iter()
+                .zip(routes)
+                .map(|(u, r)| !r.is_empty() || self.hub.has(u))
+                .collect();
+            // Just after Redis was away, a user without routes may be on a node that has
+            // not written its routes back yet: not known, rather than offline.
+            if self.settling() && online.contains(&false) {
+                return None;
+            }
+            Some(online)
         })
     }
 
@@ -968,15 +989,11 @@ impl Delivery for Cluster {
         last: Option<bool>,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            match self.redis(self.routes.told(user_id, online)).await {
+            match self.redis_if_up(self.routes.told(user_id, online)).await {
                 Some(previous) => previous != Some(online),
                 None => last != Some(online),
             }
         })
-    }
-
-    fn offline_unsure(&self) -> bool {
-        self.settling()
     }
 
     fn degraded(&self) -> Vec<String> {
@@ -998,16 +1015,23 @@ impl Links for Cluster {
     /// connection it replaced, which closes it only if it is still that session.
     fn connected<'a>(&'a self, device: &'a Device, first: bool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            let given_up =
+                u64::try_from(crate::clock::now_ms()).unwrap_or(0) + REDIS_WAIT.as_millis() as u64;
             let registered = self
-                .redis(self.routes.register(
+                .redis_if_up(self.routes.register(
                     &device.user_id,
                     &device.device_id,
                     device.session,
                     device.at.load(Ordering::Relaxed),
+                    given_up,
                 ))
                 .await;
-            let Some(r) = registered else {
-                // Redis is away: the refresh writes the route when it is back.
+            let Some(Some(r)) = registered else {
+                // Redis is away (or ran the call after this node gave it up): the refresh
+                // writes the route when it is back.
+                if registered.is_some() {
+                    self.routes_unsure();
+                }
                 if first {
                     self.presence_changed(&device.user_id);
                 }
@@ -1029,10 +1053,11 @@ impl Links for Cluster {
     fn disconnected<'a>(&'a self, device: &'a Device, last: bool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let left = self
-                .redis(
-                    self.routes
-                        .unregister(&device.user_id, &device.device_id, device.session),
-                )
+                .redis_if_up(self.routes.unregister(
+                    &device.user_id,
+                    &device.device_id,
+                    device.session,
+                ))
                 .await;
             match left {
                 Some(Some(0)) => self.presence_changed(&device.user_id),

@@ -91,10 +91,18 @@ end
 /// replaces), notes it under the node, and counts the user's other live devices
 /// (forgetting those whose route expired). KEYS: route, dev set, node's set. ARGV: device,
 /// `{nodeId}:{sessionId}:`, ttl, `{user}:{device}`, the user's route-key prefix, the
-/// connection's time. Returns the value replaced, the count and the `at` written.
+/// connection's time, the time after which the node gave the call up (its clock, ms).
+/// Returns the value replaced, the count and the `at` written; a count of -1 and nothing
+/// written when it runs after that time: Redis hung with the call queued, and a call that
+/// comes out of the queue is not the newest connection any more (the node, which gave it
+/// up, writes the route by its refresh, ordered by `at`).
 const REGISTER: &str = concat!(
     route_at!(),
     r"
+local now = redis.call('TIME')
+if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[7]) then
+  return {'', -1, '0'}
+end
 local old = redis.call('GET', KEYS[1])
 local at = tonumber(ARGV[6])
 if old and route_at(old) >= at then at = route_at(old) + 1 end
@@ -306,15 +314,17 @@ impl Routes {
         .id()
     }
 
-    /// Writes the route of the connection `session`, made at `at` (Unix milliseconds).
+    /// Writes the route of the connection `session`, made at `at` (Unix milliseconds), if
+    /// Redis runs the call before `given_up` (Unix milliseconds): `None` if not.
     pub async fn register(
         &self,
         user: &str,
         device: &str,
         session: u64,
         at: u64,
-    ) -> RedisResult<Registered> {
-        let (old, others, written): (String, u32, u64) = self
+        given_up: u64,
+    ) -> RedisResult<Option<Registered>> {
+        let (old, others, written): (String, i64, u64) = self
             .register
             .key(self.route_key(user, device))
             .key(self.dev_key(user))
@@ -325,13 +335,14 @@ impl Routes {
             .arg(format!("{user}:{device}"))
             .arg(self.route_prefix(user))
             .arg(at)
+            .arg(given_up)
             .invoke_async(&mut self.conn())
             .await?;
-        Ok(Registered {
+        Ok(u32::try_from(others).ok().map(|others| Registered {
             replaced: Route::decode(&old),
             others,
             at: written,
-        })
+        }))
     }
 
     /// The user's live devices left, or `None` if a newer connection holds the route.

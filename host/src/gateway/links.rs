@@ -52,8 +52,8 @@ impl Links for Alone {
 /// interval of the last one told is told at its end, if the user's presence then still
 /// differs from what friends were last told (`Delivery::must_tell`: in a cluster, by any
 /// node); going offline is told only if it still holds an interval later. A change whose
-/// presence could not be read, or was read offline while that is unsure (Redis away or just
-/// back), waits in `unsettled` until `settle`.
+/// presence could not be read (in a cluster: Redis away, or just back) waits in
+/// `unsettled` until `settle`.
 pub struct PresenceThrottle {
     core: Arc<Core>,
     interval: Duration,
@@ -129,11 +129,6 @@ impl PresenceThrottle {
                 t.pending = false;
                 t.online
             };
-            // Offline read off routes that other nodes may not have written back yet is
-            // read again later, as an unreadable one is.
-            if online == Some(false) && this.core.delivery.offline_unsure() {
-                online = None;
-            }
             let Some(online) = online else {
                 let mut unsettled = this.unsettled.lock().expect("presence");
                 if unsettled.len() < REMEMBERED {

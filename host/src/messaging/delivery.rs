@@ -185,14 +185,9 @@ pub trait Delivery: Send + Sync {
     }
 
     /// Whether each of `users` has a device online anywhere, in order; `None` when that
-    /// cannot be known now (cluster mode with Redis unreachable).
+    /// cannot be known now (cluster mode with Redis unreachable, or just back and a user
+    /// reads offline: its node may not have written its routes back yet).
     fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>>;
-
-    /// Whether a user read as offline may yet be online on a node whose routes are not
-    /// written (back) yet: cluster mode, while Redis is away and for a few seconds after.
-    fn offline_unsure(&self) -> bool {
-        false
-    }
 
     /// Whether a user's friends must be told it is `online` (or not) now: not if they were
     /// last told exactly that — by this node (`last`), or in a cluster by any node. Saying

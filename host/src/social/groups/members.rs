@@ -318,9 +318,9 @@ impl Core {
                         }),
                     );
                 }
+                q::close_all_memberships(&mut c.tx, id, l.head.last_seq, MemberState::Dissolved)
+                    .await?;
                 for u in &members {
-                    q::close_membership(&mut c.tx, id, u, l.head.last_seq, MemberState::Dissolved)
-                        .await?;
                     c.streams.append(u, "group.dissolved", None, &json!({
                     "conversationId": id, "conversationType": l.head.conversation_type, "by": actor,
                 }));

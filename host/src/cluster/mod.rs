@@ -33,6 +33,7 @@ use crate::messaging::{
 };
 use crate::plugins::Delivery as Class;
 use crate::protocol::Close;
+use crate::telemetry::{Repeats, Say};
 use bus::{Bus, Incoming};
 use health::{Health, Part};
 use routes::{Refreshed, Routes};
@@ -45,6 +46,9 @@ const REDIS_WAIT: Duration = Duration::from_secs(2);
 /// routes back within about a tick and a Redis wait of Redis answering again (each asks
 /// every second and gives a call up after `REDIS_WAIT`).
 const SETTLE: Duration = Duration::from_secs(5);
+
+/// Registrations answered in time that Redis's clock said came too late (for the log).
+static CLOCKS: Repeats = Repeats::new();
 
 /// Items the forwarder may hold (a commit's pushes, a live push, a kick, a close…);
 /// beyond, what is for other nodes is dropped, counted as lost, and pulled.
@@ -1030,6 +1034,14 @@ impl Links for Cluster {
                 // Redis is away (or ran the call after this node gave it up): the refresh
                 // writes the route when it is back.
                 if registered.is_some() {
+                    // Answered in time, yet late by Redis's clock: the clocks disagree.
+                    if let Say::First | Say::Again(_) = CLOCKS.failed() {
+                        tracing::warn!(
+                            "Redis's clock is more than {} s ahead of this node's: routes are \
+                             written only by the refresh; synchronise the clocks (NTP)",
+                            REDIS_WAIT.as_secs()
+                        );
+                    }
                     self.routes_unsure();
                 }
                 if first {

@@ -55,7 +55,10 @@ impl Core {
             .map_err(crate::store::unavailable)?;
         asked.retain(|u| visible.contains(u));
         let online = self.delivery.presence(&asked).await.ok_or_else(|| {
-            Error::unavailable("presence cannot be read now (Redis is unreachable); retry")
+            Error::unavailable(
+                "presence cannot be known now (Redis is unreachable, or was until moments ago \
+                 and the nodes are writing their routes back); retry",
+            )
         })?;
         Ok(asked
             .into_iter()

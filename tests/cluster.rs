@@ -577,14 +577,17 @@ fn redis_call(addr: &str, args: &[&str]) -> String {
     answer.trim_end().to_string()
 }
 
-/// Whether `key` is in the Redis at `url` (`redis://host:port`).
-fn redis_has(url: &str, key: &str) -> bool {
-    let addr = url
-        .trim_start_matches("redis://")
+/// `host:port` of a `redis://host:port[/db]` URL.
+fn redis_addr(url: &str) -> &str {
+    url.trim_start_matches("redis://")
         .split('/')
         .next()
-        .unwrap();
-    match redis_call(addr, &["EXISTS", key]).as_str() {
+        .unwrap()
+}
+
+/// Whether `key` is in the Redis at `url` (`redis://host:port`).
+fn redis_has(url: &str, key: &str) -> bool {
+    match redis_call(redis_addr(url), &["EXISTS", key]).as_str() {
         ":1" => true,
         ":0" => false,
         other => panic!("EXISTS answered {other:?}"),
@@ -594,12 +597,7 @@ fn redis_has(url: &str, key: &str) -> bool {
 /// The value of `key` in the Redis at `url` (`redis://host:port`), if it is there.
 fn redis_get(url: &str, key: &str) -> Option<String> {
     use std::io::{BufRead as _, Write as _};
-    let addr = url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap();
-    let mut r = std::net::TcpStream::connect(addr).unwrap();
+    let mut r = std::net::TcpStream::connect(redis_addr(url)).unwrap();
     r.write_all(format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).as_bytes())
         .unwrap();
     let mut lines = std::io::BufReader::new(r).lines();
@@ -710,24 +708,9 @@ async fn a_device_that_moved_while_redis_was_away_keeps_its_newer_connection() {
     redis.up();
     ok_everywhere(&n).await;
 
-    for (i, ws) in older.iter_mut().enumerate() {
-        assert_eq!(ws.closed().await.0, Some(4001), "the older connection {i}");
-    }
+    older_closed_newer_kept(&mut older, &mut newer, &mut b, "after the outage").await;
     assert!(route("phone").starts_with("2:"), "{}", route("phone"));
     assert!(route("laptop").starts_with("1:"), "{}", route("laptop"));
-    send_ok(
-        &mut b,
-        text("1", "moved-1", peer("alice"), "after the outage"),
-    )
-    .await;
-    for (i, ws) in newer.iter_mut().enumerate() {
-        text_arrives(ws, "after the outage").await;
-        assert_eq!(
-            ws.next_within(Duration::from_millis(300)).await,
-            None,
-            "the newer connection {i} stays open"
-        );
-    }
 }
 
 /// Connections made while Redis hangs: the registration of the first of each device waits
@@ -763,12 +746,18 @@ async fn a_device_that_moved_while_redis_hung_keeps_its_newer_connection() {
     redis.hang(false);
     ok_everywhere(&n).await;
 
+    older_closed_newer_kept(&mut older, &mut newer, &mut b, "after the hang").await;
+}
+
+/// Each of `older` is closed `replaced`; each of `newer` gets the text `body` that `b`
+/// sends to alice, and stays open.
+async fn older_closed_newer_kept(older: &mut [Ws], newer: &mut [Ws], b: &mut Ws, body: &str) {
     for (i, ws) in older.iter_mut().enumerate() {
         assert_eq!(ws.closed().await.0, Some(4001), "the older connection {i}");
     }
-    send_ok(&mut b, text("1", "hung-1", peer("alice"), "after the hang")).await;
+    send_ok(b, text("1", &body.replace(' ', "-"), peer("alice"), body)).await;
     for (i, ws) in newer.iter_mut().enumerate() {
-        text_arrives(ws, "after the hang").await;
+        text_arrives(ws, body).await;
         assert_eq!(
             ws.next_within(Duration::from_millis(300)).await,
             None,

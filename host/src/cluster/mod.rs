@@ -369,7 +369,12 @@ impl Cluster {
     fn routes_unsure(&self) {
         self.away.store(true, Ordering::Release);
         self.rewrite.store(true, Ordering::Release);
-        *self.settling_until.lock().expect("settling") = Some(Instant::now() + SETTLE);
+        self.settle_from(Instant::now());
+    }
+
+    /// The routes may lack some other node's until `SETTLE` after `t`.
+    fn settle_from(&self, t: Instant) {
+        *self.settling_until.lock().expect("settling") = Some(t + SETTLE);
     }
 
     /// As `redis`, but while the last call failed, fails at once without trying: a connect,
@@ -448,15 +453,10 @@ impl Cluster {
 
     /// Whether the routes may still lack some other node's (`settling_until`).
     fn settling(&self) -> bool {
-        let mut until = self.settling_until.lock().expect("settling");
-        match *until {
-            Some(t) if Instant::now() < t => true,
-            Some(_) => {
-                *until = None;
-                false
-            }
-            None => false,
-        }
+        self.settling_until
+            .lock()
+            .expect("settling")
+            .is_some_and(|t| Instant::now() < t)
     }
 
     /// Reads the routes of every user of `pushes` at once and publishes one message to
@@ -709,7 +709,7 @@ impl Cluster {
                 };
                 refreshed = Instant::now();
                 if rewrite {
-                    *self.settling_until.lock().expect("settling") = Some(refreshed + SETTLE);
+                    self.settle_from(refreshed);
                 }
                 // A route written again was gone: its friends may have been told the user
                 // went offline (another node took this one for dead), or never told it came

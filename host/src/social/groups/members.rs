@@ -221,8 +221,14 @@ impl Core {
                     .await?;
                 c.lock_streams(&refs).await?;
                 for u in &kicked {
-                    q::close_membership(&mut c.tx, id, u, l.head.last_seq, MemberState::Kicked)
-                        .await?;
+                    q::close_membership(
+                        &mut c.tx,
+                        id,
+                        Some(u),
+                        l.head.last_seq,
+                        MemberState::Kicked,
+                    )
+                    .await?;
                     c.streams.append(u, "group.kicked", None, &json!({
                     "conversationId": id, "conversationType": l.head.conversation_type, "by": actor,
                 }));
@@ -257,8 +263,14 @@ impl Core {
                     .group_tip(&mut c.tx, &mut l, GROUP_UPDATE, actor, payload, now)
                     .await?;
                 c.lock_streams(&[actor]).await?;
-                q::close_membership(&mut c.tx, id, actor, l.head.last_seq, MemberState::Left)
-                    .await?;
+                q::close_membership(
+                    &mut c.tx,
+                    id,
+                    Some(actor),
+                    l.head.last_seq,
+                    MemberState::Left,
+                )
+                .await?;
                 c.streams.append(
                     actor,
                     "group.left",
@@ -318,7 +330,7 @@ impl Core {
                         }),
                     );
                 }
-                q::close_all_memberships(&mut c.tx, id, l.head.last_seq, MemberState::Dissolved)
+                q::close_membership(&mut c.tx, id, None, l.head.last_seq, MemberState::Dissolved)
                     .await?;
                 for u in &members {
                     c.streams.append(u, "group.dissolved", None, &json!({

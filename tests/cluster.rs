@@ -97,6 +97,29 @@ async fn presence(s: &Server, viewer: &User, users: &str) -> HashMap<String, boo
         .collect()
 }
 
+/// Reads `presence` frames until the last said of each user is as `want` says.
+async fn told_until(ws: &mut Ws, want: &[(&str, bool)]) {
+    let mut told: HashMap<String, bool> = HashMap::new();
+    while want.iter().any(|(u, on)| told.get(*u) != Some(on)) {
+        let f = ws.until(|f| f["type"] == "presence").await.0;
+        told.insert(
+            f["userId"].as_str().unwrap().to_string(),
+            f["online"].as_bool().unwrap(),
+        );
+    }
+}
+
+/// Two nodes whose bus is a NATS server of the test's own, which it may stop.
+async fn on_a_bus_of_its_own(test: &str) -> Option<(Private, Db, Vec<Server>)> {
+    let svc = services(test)?;
+    let nats = Private::nats(test)?;
+    let db = Db::new(&svc.postgres, &test.replace('_', "-")).await;
+    let mut w = Wiring::nats(&svc, &test.replace('_', "-"));
+    w.bus_url = nats.url();
+    let n = nodes(&db, &w, 2).await;
+    Some((nats, db, n))
+}
+
 /// Texts of a conversation as pulled, in seq order.
 async fn pulled_texts(s: &Server, u: &User, cid: i64) -> Vec<String> {
     let all = s.pull_all(u, cid).await;
@@ -434,16 +457,9 @@ async fn a_node_killed_mid_stream_loses_nothing_after_reconnect_and_pull() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselves() {
-    let Some(svc) = services("cluster_bus_down") else {
+    let Some((mut nats, _db, n)) = on_a_bus_of_its_own("cluster_bus_down").await else {
         return;
     };
-    let Some(mut nats) = Private::nats("cluster_bus_down") else {
-        return;
-    };
-    let db = Db::new(&svc.postgres, "cluster-bus-down").await;
-    let mut w = Wiring::nats(&svc, "bus-down");
-    w.bus_url = nats.url();
-    let n = nodes(&db, &w, 2).await;
     let alice = n[0].user("alice").await;
     let bob = n[1].user("bob").await;
     let mut a = n[0].connect(&alice, "phone").await;
@@ -518,6 +534,71 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
         .collect();
     let expected: Vec<String> = (1..=21).map(|i| format!("m{i}")).collect();
     assert_eq!(texts, expected);
+}
+
+/// A bus that hangs (`SIGSTOP`: its connections stay open, and it keeps what it is sent
+/// to hand on when it goes on) is noticed like one that dies: `/healthz` says so, and a
+/// live signal meanwhile reaches this node's devices only, not another's minutes later.
+/// Presence changed while the bus was away, hung or dead, is told once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_that_hangs_is_noticed_and_presence_changed_while_it_was_away_is_told_after() {
+    let Some((mut nats, _db, n)) = on_a_bus_of_its_own("cluster_bus_hang").await else {
+        return;
+    };
+    let alice = n[0].user("alice").await;
+    let bob = n[1].user("bob").await;
+    let carol = n[1].user("carol").await;
+    let dave = n[0].user("dave").await;
+    befriend(&n[0], &alice, &n[1], &bob).await;
+    befriend(&n[0], &alice, &n[1], &carol).await;
+    let mut aw = Ws::connect_query(&n[0].addr, &alice.token, "watch", "&presence=true")
+        .await
+        .unwrap();
+    let mut a = n[0].connect(&alice, "phone").await;
+    // Dave has a device on each node.
+    let mut d0 = n[0].connect(&dave, "laptop").await;
+    let mut d1 = n[1].connect(&dave, "phone").await;
+    let cid = send_ok(&mut a, text("0", "h-0", peer("dave"), "before")).await["conversationId"]
+        .as_i64()
+        .unwrap();
+    text_arrives(&mut d0, "before").await;
+    text_arrives(&mut d1, "before").await;
+    let b = n[1].connect(&bob, "phone").await;
+    let f = aw.until(|f| f["type"] == "presence").await.0;
+    assert_eq!(
+        (f["userId"].as_str(), f["online"].as_bool()),
+        (Some("bob"), Some(true))
+    );
+
+    nats.hang(true);
+    degraded_everywhere(&n, "bus:").await;
+    // Alice's watcher and Dave's laptop, on the sender's node; not Dave's phone.
+    assert_eq!(
+        send_ok(&mut a, typing("t-hung", cid)).await["delivered"],
+        2,
+        "only the devices on the sender's node are reached"
+    );
+    d0.until(|f| f["type"] == "notify" && f["contentType"] == 5)
+        .await;
+    b.close().await;
+    let c = n[1].connect(&carol, "phone").await;
+    nats.hang(false);
+    ok_everywhere(&n).await;
+    told_until(&mut aw, &[("bob", false), ("carol", true)]).await;
+    // The typing the hung bus held was not handed on when it went on: the next push on
+    // the other node is the next message.
+    send_ok(&mut a, text("1", "h-1", peer("dave"), "after")).await;
+    let next = d1.until(|f| f["type"] == "notify").await.0;
+    assert_eq!(next["payload"]["text"], "after", "{next}");
+
+    // The same for a bus that dies: carol leaves and bob comes back while it is away.
+    nats.down();
+    degraded_everywhere(&n, "bus:").await;
+    c.close().await;
+    let _b = n[1].connect(&bob, "phone").await;
+    nats.up();
+    ok_everywhere(&n).await;
+    told_until(&mut aw, &[("bob", true), ("carol", false)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -803,14 +884,7 @@ async fn presence_changed_while_redis_was_down_is_told_once_it_is_back() {
     redis.up();
     ok_everywhere(&n).await;
 
-    let mut told = HashMap::new();
-    while told.get("bob") != Some(&false) || told.get("carol") != Some(&true) {
-        let f = aw.until(|f| f["type"] == "presence").await.0;
-        told.insert(
-            f["userId"].as_str().unwrap().to_string(),
-            f["online"].as_bool().unwrap(),
-        );
-    }
+    told_until(&mut aw, &[("bob", false), ("carol", true)]).await;
     assert_eq!(
         presence(&n[0], &alice, "bob,carol").await,
         HashMap::from([("bob".to_string(), false), ("carol".to_string(), true)])

@@ -1539,16 +1539,8 @@ async fn http_send_and_pull_paging(b: Backend) {
         )
         .await;
     assert_eq!(second["conversations"][0]["peerId"], "alice");
-    let third = s
-        .get(
-            &carol,
-            &format!(
-                "/v1/conversations?limit=1&cursor={}",
-                second["nextCursor"].as_str().unwrap()
-            ),
-        )
-        .await;
-    assert!(third["conversations"].as_array().unwrap().is_empty());
+    // The page that holds the last conversation says so: no request for an empty page.
+    assert!(second["nextCursor"].is_null(), "{second}");
     // A live kind over HTTP.
     let (st, live) = s
         .http(

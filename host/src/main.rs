@@ -135,18 +135,20 @@ fn against(
 }
 
 /// The log on stderr: filtered by `COURIER_LOG`, else the config's `log.filter`; colours
-/// only on a terminal; JSON lines when the config says `[log] format = "json"`.
+/// only on a terminal; JSON lines when the config says `[log] format = "json"`. The NATS
+/// client's own lines are at `warn` unless the filter names `async_nats`: it writes every
+/// connection event at `info`, a line a second per node while NATS is away, where the
+/// server writes one line when the bus goes and one when it is back.
 fn init_log(log: courier::config::LogConfig) {
     use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("COURIER_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::try_new(&log.filter).unwrap_or_else(|e| {
-            eprintln!(
-                "warning: log.filter {:?} is not a filter ({e}); logging at info",
-                log.filter
-            );
-            "info".into()
-        })
+    let asked = std::env::var("COURIER_LOG").unwrap_or_else(|_| log.filter.clone());
+    let mut filter = tracing_subscriber::EnvFilter::try_new(&asked).unwrap_or_else(|e| {
+        eprintln!("warning: log filter {asked:?} is not a filter ({e}); logging at info");
+        "info".into()
     });
+    if !asked.contains("async_nats") {
+        filter = filter.add_directive("async_nats=warn".parse().expect("a directive"));
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

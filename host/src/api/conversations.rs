@@ -188,13 +188,16 @@ pub async fn overview(
                 .ok_or_else(|| Error::bad_request("cursor is not one this server gave"))?,
         ),
     };
-    let rows = s
+    // One row more than the page: a cursor only where another page has something.
+    let mut rows = s
         .core
         .store
-        .overview(&user, cursor, None, limit)
+        .overview(&user, cursor, None, limit + 1)
         .await
         .map_err(crate::store::unavailable)?;
-    let next = (rows.len() as i64 == limit)
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = more
         .then(|| {
             rows.last()
                 .map(|r| format!("{}.{}", r.last_time, r.conversation_id))

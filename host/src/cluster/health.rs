@@ -51,6 +51,11 @@ impl Health {
         was.is_some()
     }
 
+    /// Whether `part` fails now.
+    pub fn failing(&self, part: Part) -> bool {
+        self.parts.lock().expect("health")[part as usize].is_some()
+    }
+
     /// Why the cluster is degraded, if it is: each reason starts with its part's name
     /// (`redis: `, `bus: `, `lease: `), then says what failed in words.
     pub fn reasons(&self) -> Vec<String> {

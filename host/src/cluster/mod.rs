@@ -13,7 +13,7 @@ mod health;
 mod routes;
 mod wire;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -46,6 +46,19 @@ const REDIS_WAIT: Duration = Duration::from_secs(2);
 /// routes back within about a tick and a Redis wait of Redis answering again (each asks
 /// every second and gives a call up after `REDIS_WAIT`).
 const SETTLE: Duration = Duration::from_secs(5);
+
+/// How long a probe of the bus (one a second, `watch_bus`) may take to come back before
+/// the node takes the bus for away: a bus that hangs closes nothing, and would otherwise
+/// hold what it was given and hand it on minutes later.
+const ECHO_WAIT: Duration = Duration::from_secs(3);
+
+/// How long a presence change this node told is kept to be told again if the bus turns
+/// out to have been away meanwhile (`note_told`): the time a bus that stops answering takes
+/// to be noticed (`ECHO_WAIT`, or NATS's own disconnect), and then some.
+const RETELL_WINDOW: Duration = Duration::from_secs(10);
+
+/// Presence changes kept to be told again while the bus is away, at most.
+const REMEMBERED_TELLS: usize = 100_000;
 
 /// Registrations answered in time that Redis's clock said came too late (for the log).
 static CLOCKS: Repeats = Repeats::new();
@@ -146,6 +159,15 @@ pub struct Cluster {
     /// Asks for a check of the connections (the bus came back); one asked for while a
     /// check runs is run after it (`recheck`).
     recheck_asked: Notify,
+    /// The bus took this node's probes and has not carried them back within `ECHO_WAIT`:
+    /// what is published is given up at once (counted lost) until one comes back.
+    silent: AtomicBool,
+    /// Probes published and not yet back, oldest first: (number, when).
+    probes: Mutex<VecDeque<(u64, Instant)>>,
+    /// Users whose presence this node told (`must_tell`), with when: those of the last
+    /// `RETELL_WINDOW`, and every one while the bus is away, to be told again once it is
+    /// back (what the bus lost meanwhile never reached the other nodes).
+    told: Mutex<VecDeque<(Instant, String)>>,
 }
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
@@ -231,6 +253,9 @@ impl Cluster {
             switches: Mutex::new(HashMap::new()),
             started_ms: crate::clock::now_ms(),
             recheck_asked: Notify::new(),
+            silent: AtomicBool::new(false),
+            probes: Mutex::new(VecDeque::new()),
+            told: Mutex::new(VecDeque::new()),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -254,6 +279,7 @@ impl Cluster {
         let _ = self.presence.set(presence);
         tokio::spawn(self.clone().recheck(core.clone()));
         tokio::spawn(self.clone().receive(incoming, core));
+        tokio::spawn(self.clone().watch_bus());
         *self.upkeep_task.lock().expect("upkeep task") = Some(tokio::spawn(self.clone().upkeep()));
     }
 
@@ -436,9 +462,15 @@ impl Cluster {
         }
     }
 
-    /// Whether the bus took it.
+    /// Whether the bus took it (never while it is `silent`: a bus that hangs would hand
+    /// it on when it goes on, a push minutes late, a live signal long over).
     async fn publish(&self, subject: String, bytes: Vec<u8>) -> bool {
-        match self.bus.publish(subject, bytes).await {
+        let published = if self.silent.load(Ordering::Acquire) {
+            Err("the bus is not carrying messages".to_string())
+        } else {
+            self.bus.publish(subject, bytes).await
+        };
+        match published {
             Ok(()) => {
                 self.stats.publishes.fetch_add(1, Ordering::Relaxed);
                 true
@@ -571,21 +603,13 @@ impl Cluster {
             let bytes = match item {
                 Incoming::Message(bytes) => bytes,
                 Incoming::Reconnected => {
-                    // What was said while the bus was away is lost: read everything again,
-                    // and close the connections another node closed meanwhile (a logout, a
-                    // revoke-all, a deleted account, a removed device).
-                    core.drop_all_cached();
-                    self.recheck_asked.notify_one();
-                    // The plugin switches: this node asks for those it missed, and says
-                    // those it knows (a node whose bus came back before this one's asked
-                    // while this one could not hear); once more a little later, for a node
-                    // whose bus came back at about the same moment and was not listening yet.
-                    self.resync_switches();
-                    let this = self.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_secs(2)).await;
-                        this.resync_switches();
-                    });
+                    // A new connection: earlier probes went with the old one (and may
+                    // have been found late since the connection said it was back).
+                    self.probes.lock().expect("probes").clear();
+                    if self.silent.swap(false, Ordering::AcqRel) {
+                        self.health.recover(Part::Bus);
+                    }
+                    self.bus_back(&core);
                     continue;
                 }
             };
@@ -597,6 +621,9 @@ impl Cluster {
                 }
             };
             if envelope.from == self.node {
+                if let wire::Message::Probe(n) = envelope.message {
+                    self.echoed(n, &core);
+                }
                 continue;
             }
             match envelope.message {
@@ -646,6 +673,7 @@ impl Cluster {
                 }
                 wire::Message::Forget(f) => core.drop_cached(&f),
                 wire::Message::Resync => self.tell_switches(),
+                wire::Message::Probe(_) => {}
                 // Switches made before this node started are its config file's to decide.
                 wire::Message::Switches(known) => {
                     for (name, enabled, at) in known {
@@ -655,6 +683,98 @@ impl Cluster {
                     }
                 }
             }
+        }
+    }
+
+    /// The bus is back (reconnected, or carrying this node's probes again): what was said
+    /// while it was away is lost. Everything cached is read again, the connections another
+    /// node closed meanwhile are closed (a logout, a revoke-all, a deleted account, a
+    /// removed device), the plugin switches are told and asked for, and the presence
+    /// changes told meanwhile are told again.
+    fn bus_back(self: &Arc<Self>, core: &Core) {
+        core.drop_all_cached();
+        self.recheck_asked.notify_one();
+        // The plugin switches: this node asks for those it missed, and says those it knows
+        // (a node whose bus came back before this one's asked while this one could not
+        // hear); once more a little later, for a node whose bus came back at about the same
+        // moment and was not listening yet. The presence changes only then: told once.
+        self.resync_switches();
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            this.resync_switches();
+            let users: HashSet<String> = std::mem::take(&mut *this.told.lock().expect("told"))
+                .into_iter()
+                .map(|(_, user)| user)
+                .collect();
+            if let Some(p) = this.presence.get() {
+                p.retell(users);
+            }
+        });
+    }
+
+    /// Presence told of `user` now: kept to be told again should the bus turn out to be
+    /// away (`RETELL_WINDOW`; while it is away, every one, up to `REMEMBERED_TELLS`).
+    fn note_told(&self, user: &str) {
+        let now = Instant::now();
+        let away = self.silent.load(Ordering::Acquire) || self.health.failing(Part::Bus);
+        let mut told = self.told.lock().expect("told");
+        if !away {
+            while told
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > RETELL_WINDOW)
+            {
+                told.pop_front();
+            }
+        }
+        if told.len() >= REMEMBERED_TELLS {
+            told.pop_front();
+        }
+        told.push_back((now, user.to_string()));
+    }
+
+    /// Publishes a probe to this node every second, and takes the bus for away when one
+    /// has not come back within `ECHO_WAIT` (a bus that closed its connection is noticed
+    /// by the connection already; this is for one that hangs).
+    async fn watch_bus(self: Arc<Self>) {
+        let subject = bus::node_subject(&self.prefix, self.node);
+        for n in 1u64.. {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let probe = wire::encode(self.node, wire::Message::Probe(n));
+            if self.bus.publish(subject.clone(), probe).await.is_ok() {
+                let mut probes = self.probes.lock().expect("probes");
+                if probes.len() >= 64 {
+                    probes.pop_front();
+                }
+                probes.push_back((n, Instant::now()));
+            }
+            let late = self
+                .probes
+                .lock()
+                .expect("probes")
+                .front()
+                .is_some_and(|(_, at)| at.elapsed() >= ECHO_WAIT);
+            if late && !self.silent.swap(true, Ordering::AcqRel) {
+                self.health.fail(
+                    Part::Bus,
+                    &format!("the bus has not carried this node's messages for {ECHO_WAIT:?}"),
+                );
+            }
+        }
+    }
+
+    /// Probe `n` came back: the bus carries messages, unless a later one is late already
+    /// (an echo read late, from before the bus stopped).
+    fn echoed(self: &Arc<Self>, n: u64, core: &Core) {
+        let late = {
+            let mut probes = self.probes.lock().expect("probes");
+            probes.retain(|(sent, _)| *sent > n);
+            probes
+                .front()
+                .is_some_and(|(_, at)| at.elapsed() >= ECHO_WAIT)
+        };
+        if !late && self.silent.swap(false, Ordering::AcqRel) && self.health.recover(Part::Bus) {
+            self.bus_back(core);
         }
     }
 
@@ -716,7 +836,7 @@ impl Cluster {
                 // online (it connected while Redis was away). Telling what is true again
                 // is a no-op where they were told so already. A connection that closed
                 // since the list was read had taken its route out: written again, it goes.
-                let mut now: Option<std::collections::HashSet<(String, String, u64)>> = None;
+                let mut now: Option<HashSet<(String, String, u64)>> = None;
                 let mut users = Vec::new();
                 for (c, found) in connections.iter().zip(found) {
                     match found {
@@ -991,12 +1111,17 @@ impl Delivery for Cluster {
         user_id: &'a str,
         online: bool,
         last: Option<bool>,
+        again: bool,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            match self.redis_if_up(self.routes.told(user_id, online)).await {
-                Some(previous) => previous != Some(online),
-                None => last != Some(online),
+            let tell = match self.redis_if_up(self.routes.told(user_id, online)).await {
+                Some(previous) => again || previous != Some(online),
+                None => again || last != Some(online),
+            };
+            if tell {
+                self.note_told(user_id);
             }
+            tell
         })
     }
 

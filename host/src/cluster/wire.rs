@@ -55,6 +55,8 @@ pub enum Message<'a> {
     Resync,
     /// The newest runtime switch of each plugin the sender knows: (name, enabled, when).
     Switches(Vec<(String, bool, i64)>),
+    /// A node's probe of the bus, sent to itself every second (`Cluster::watch_bus`).
+    Probe(u64),
 }
 
 /// A message and the node that sent it.

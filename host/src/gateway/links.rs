@@ -53,12 +53,14 @@ impl Links for Alone {
 /// differs from what friends were last told (`Delivery::must_tell`: in a cluster, by any
 /// node); going offline is told only if it still holds an interval later. A change whose
 /// presence could not be read (in a cluster: Redis away, or just back) waits in
-/// `unsettled` until `settle`.
+/// `unsettled` until `settle`. Users in `again` are told even if their friends were told
+/// the same last (`retell`: in a cluster, the bus may have lost what was told).
 pub struct PresenceThrottle {
     core: Arc<Core>,
     interval: Duration,
     told: Mutex<HashMap<String, Told>>,
     unsettled: Mutex<HashSet<String>>,
+    again: Mutex<HashSet<String>>,
 }
 
 struct Told {
@@ -78,6 +80,7 @@ impl PresenceThrottle {
             interval,
             told: Mutex::new(HashMap::new()),
             unsettled: Mutex::new(HashSet::new()),
+            again: Mutex::new(HashSet::new()),
         })
     }
 
@@ -85,6 +88,22 @@ impl PresenceThrottle {
     /// Redis answers again).
     pub fn settle(self: &Arc<Self>) {
         let users = std::mem::take(&mut *self.unsettled.lock().expect("presence"));
+        for user in users {
+            self.changed(&user);
+        }
+    }
+
+    /// Tells the friends of `users` their presence now, whatever they were told last (in a
+    /// cluster: the bus was away when it was told, and may have lost it).
+    pub fn retell(self: &Arc<Self>, users: HashSet<String>) {
+        {
+            let mut again = self.again.lock().expect("presence");
+            for user in &users {
+                if again.len() < REMEMBERED {
+                    again.insert(user.clone());
+                }
+            }
+        }
         for user in users {
             self.changed(&user);
         }
@@ -136,7 +155,13 @@ impl PresenceThrottle {
                 }
                 return;
             };
-            if !this.core.delivery.must_tell(&user, online, last).await {
+            let again = this.again.lock().expect("presence").remove(&user);
+            if !this
+                .core
+                .delivery
+                .must_tell(&user, online, last, again)
+                .await
+            {
                 return;
             }
             if let Some(t) = this.told.lock().expect("presence").get_mut(&user) {

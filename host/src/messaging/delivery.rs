@@ -190,15 +190,17 @@ pub trait Delivery: Send + Sync {
     fn presence<'a>(&'a self, users: &'a [String]) -> BoxFuture<'a, Option<Vec<bool>>>;
 
     /// Whether a user's friends must be told it is `online` (or not) now: not if they were
-    /// last told exactly that — by this node (`last`), or in a cluster by any node. Saying
-    /// yes records it as told.
+    /// last told exactly that — by this node (`last`), or in a cluster by any node — unless
+    /// `again` (what was told may not have reached them: the bus was away). Saying yes
+    /// records it as told.
     fn must_tell<'a>(
         &'a self,
         _user_id: &'a str,
         online: bool,
         last: Option<bool>,
+        again: bool,
     ) -> BoxFuture<'a, bool> {
-        Box::pin(std::future::ready(last != Some(online)))
+        Box::pin(std::future::ready(again || last != Some(online)))
     }
 
     /// Tells the other nodes to drop what `forget` names from their caches (cluster mode;

@@ -56,12 +56,14 @@ impl Dialect {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot open the database {url}: {source}")]
-    Open { url: String, source: sqlx::Error },
-    #[error("cannot apply the {dialect:?} migrations: {source}")]
+    // The causes are in the messages, not the error chain: printed with its chain (`{:#}`),
+    // a cause would be said twice.
+    #[error("cannot open the database {url}: {cause}")]
+    Open { url: String, cause: sqlx::Error },
+    #[error("cannot apply the {dialect:?} migrations: {cause}")]
     Migrate {
         dialect: Dialect,
-        source: sqlx::migrate::MigrateError,
+        cause: sqlx::migrate::MigrateError,
     },
     #[error("database: {0}")]
     Db(#[from] sqlx::Error),
@@ -550,9 +552,9 @@ impl Store {
         let health = Arc::new(Health::new(
             (!cfg.url.starts_with("sqlite:")).then_some(answer),
         ));
-        let open_err = |source| StoreError::Open {
+        let open_err = |cause| StoreError::Open {
             url: redact(&cfg.url),
-            source,
+            cause,
         };
         let store = if cfg.url.starts_with("sqlite:") {
             let url = sqlite_url(&cfg.url).map_err(open_err)?;
@@ -683,9 +685,9 @@ impl Store {
         migrator
             .run(&store.write)
             .await
-            .map_err(|source| StoreError::Migrate {
+            .map_err(|cause| StoreError::Migrate {
                 dialect: store.dialect,
-                source,
+                cause,
             })?;
         Ok(store)
     }

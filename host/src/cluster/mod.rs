@@ -57,6 +57,10 @@ const ECHO_WAIT: Duration = Duration::from_secs(3);
 /// to be noticed (`ECHO_WAIT`, or NATS's own disconnect), and then some.
 const RETELL_WINDOW: Duration = Duration::from_secs(10);
 
+/// How old (by the sending node's clock) a live push from another node may be when it
+/// arrives: older, it is dropped (the moment it was about is over).
+const STALE_LIVE_MS: i64 = 3_000;
+
 /// Presence changes kept to be told again while the bus is away, at most.
 const REMEMBERED_TELLS: usize = 100_000;
 
@@ -626,9 +630,20 @@ impl Cluster {
                 }
                 continue;
             }
+            // A live push (typing, call signals, presence) handed on late, by a bus that
+            // hung or a node that read it late, says what is over: dropped. Stored messages'
+            // pushes go on (a device applies them by their seq).
+            let stale = envelope.at > 0 && crate::clock::now_ms() - envelope.at > STALE_LIVE_MS;
             match envelope.message {
                 wire::Message::Push(list) => {
                     for p in list {
+                        if stale && p.class != Class::Persistent {
+                            tracing::debug!(
+                                "a live push from node {} came too late",
+                                envelope.from
+                            );
+                            continue;
+                        }
                         let frame = Utf8Bytes::from(p.frame.get().to_string());
                         match &p.devices {
                             Some(devices) => {
@@ -735,18 +750,22 @@ impl Cluster {
 
     /// Publishes a probe to this node every second, and takes the bus for away when one
     /// has not come back within `ECHO_WAIT` (a bus that closed its connection is noticed
-    /// by the connection already; this is for one that hangs).
+    /// by the connection already; this is for one that hangs). A probe the bus refused
+    /// counts as sent: a NATS that hangs takes publishes into its client's buffer, a Redis
+    /// that hangs lets each one time out.
     async fn watch_bus(self: Arc<Self>) {
         let subject = bus::node_subject(&self.prefix, self.node);
         for n in 1u64.. {
             tokio::time::sleep(Duration::from_secs(1)).await;
+            let sent = Instant::now();
             let probe = wire::encode(self.node, wire::Message::Probe(n));
-            if self.bus.publish(subject.clone(), probe).await.is_ok() {
+            let _ = self.bus.publish(subject.clone(), probe).await;
+            {
                 let mut probes = self.probes.lock().expect("probes");
                 if probes.len() >= 64 {
                     probes.pop_front();
                 }
-                probes.push_back((n, Instant::now()));
+                probes.push_back((n, sent));
             }
             let late = self
                 .probes

@@ -59,16 +59,20 @@ pub enum Message<'a> {
     Probe(u64),
 }
 
-/// A message and the node that sent it.
+/// A message, the node that sent it, and when by its clock (ms; 0 from a node that does
+/// not say).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Envelope<'a> {
     pub from: u16,
+    #[serde(default)]
+    pub at: i64,
     #[serde(borrow)]
     pub message: Message<'a>,
 }
 
 pub fn encode(from: u16, message: Message<'_>) -> Vec<u8> {
-    serde_json::to_vec(&Envelope { from, message }).expect("bus messages serialize")
+    let at = crate::clock::now_ms();
+    serde_json::to_vec(&Envelope { from, at, message }).expect("bus messages serialize")
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Envelope<'_>, serde_json::Error> {

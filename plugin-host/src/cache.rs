@@ -75,17 +75,22 @@ impl DiskCache {
         }
     }
 
-    /// Writes an entry (atomically: temporary file, then rename). Failures are logged only.
+    /// Writes an entry (atomically: temporary files, named for this process so that nodes
+    /// starting together on one directory do not take each other's, then renames).
+    /// Failures are logged only.
     pub fn store(&self, runtime: &Runtime, sha: &str, component: &Component) {
         let path = self.path(runtime, sha);
         let result = (|| -> std::io::Result<()> {
             let bytes = component.serialize().map_err(std::io::Error::other)?;
-            let tmp = path.with_extension("tmp");
+            let pid = std::process::id();
+            let sum = path.with_extension("sha256");
+            let (tmp, tmp_sum) = (
+                path.with_extension(format!("tmp.{pid}")),
+                path.with_extension(format!("sha256.tmp.{pid}")),
+            );
             write_private(&tmp, &bytes)?;
-            write_private(
-                &path.with_extension("sha256"),
-                sha256_hex(&bytes).as_bytes(),
-            )?;
+            write_private(&tmp_sum, sha256_hex(&bytes).as_bytes())?;
+            std::fs::rename(&tmp_sum, &sum)?;
             std::fs::rename(&tmp, &path)
         })();
         if let Err(e) = result {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::groups::gtext;
 use common::server::{
-    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, call, ok, peer, send_err, send_ok, setup,
-    text, with_token,
+    ADMIN_TOKEN, Backend, Db, Sections, Server, User, Ws, call, conv, ok, peer, send_err, send_ok,
+    setup, text, with_token,
 };
 use common::webhook::{Mode, Receiver};
 use serde_json::{Value, json};
@@ -1615,6 +1615,65 @@ async fn a_database_that_stops_answering_is_answered_for_by_the_deadline() {
     let resent = send_ok(&mut ws, text("3", "c2", peer("bob"), "during")).await;
     let last = send_ok(&mut ws, text("4", "c3", peer("bob"), "after")).await;
     stored_once_in_order(&s, &bob, conversation, [&resent, &last]).await;
+}
+
+/// While a frame waits for a database that does not answer (a send to a conversation the
+/// node has never looked up), the connection goes on: a ping sent after it is answered at
+/// once and a typing signal from the peer is pushed at once, both before the waiting
+/// send's `store_unavailable`; the send pipelined after the ping is answered after the
+/// waiting one, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_waiting_for_the_database_holds_neither_pings_nor_pushes() {
+    let name = "a_frame_waiting_for_the_database_holds_neither_pings_nor_pushes";
+    if Backend::postgres(name).is_none() {
+        return;
+    }
+    let (_db, relay, s, [_, bob], mut alice_ws, conversation) =
+        through_a_relay("pg-waiting-frame", "").await;
+    let mut bob_ws = s.connect(&bob, "laptop").await;
+    let typing = |n: u32| {
+        json!({"type": "send", "id": format!("t{n}"), "clientMsgId": format!("typing-{n}"),
+            "conversationType": 1, "conversationId": conversation, "contentType": 5,
+            "payload": {"state": "typing"}})
+    };
+    // The members of the conversation are cached for live kinds from here on.
+    send_ok(&mut bob_ws, typing(1)).await;
+    alice_ws.expect("notify").await;
+
+    relay.silence();
+    let sent = Instant::now();
+    let nowhere = |id: &str, conversation: i64| text(id, id, conv(conversation), "nowhere");
+    alice_ws
+        .send_together(&[
+            nowhere("w1", 9_000_001),
+            json!({"type": "ping", "id": "p"}),
+            nowhere("w2", 9_000_002),
+        ])
+        .await;
+    // The typing goes once alice's connection waits on the first send.
+    let (pong, before) = alice_ws.until(|f| f["type"] == "pong").await;
+    assert_eq!(pong["id"], "p", "{pong}");
+    assert!(before.is_empty(), "before the pong: {before:?}");
+    let ponged = sent.elapsed();
+    send_ok(&mut bob_ws, typing(2)).await;
+    let (pushed, before) = alice_ws.until(|f| f["type"] == "notify").await;
+    assert_eq!(pushed["contentType"], 5, "{pushed}");
+    assert!(before.is_empty(), "before the typing: {before:?}");
+    let answers = [alice_ws.next().await, alice_ws.next().await].map(Option::unwrap);
+    println!(
+        "deadline 2 s: the pong after {ponged:.1?}, the waiting sends' answers after {:.1?}",
+        sent.elapsed()
+    );
+    assert_eq!(
+        answers
+            .each_ref()
+            .map(|a| (a["id"].as_str(), a["code"].as_str())),
+        [
+            (Some("w1"), Some("store_unavailable")),
+            (Some("w2"), Some("store_unavailable"))
+        ],
+        "{answers:?}"
+    );
 }
 
 /// The database takes a send and commits it, but its answer is lost on the way: the

@@ -1,7 +1,8 @@
 //! The WebSocket gateway: authenticates the upgrade, registers the device, then runs one
-//! task per connection that reads frames and writes the connection's outbox. The task
-//! never waits for the database on a send: stored sends go to the committer and their
-//! acks come back through the outbox.
+//! task per connection that reads frames and writes the connection's outbox. Stored sends
+//! go to the committer and their acks come back through the outbox; a frame whose work
+//! must wait for the database first (`Waiting`) holds the frames after it, while the
+//! connection goes on writing its pushes and answering its pings.
 
 pub mod hub;
 pub mod links;
@@ -310,6 +311,7 @@ async fn run(
     tokio::pin!(silence);
     let mut bucket = Bucket::new(f64::from(set.send_rate_per_sec), set.send_burst);
     let mut out: Vec<Frame> = Vec::new();
+    let mut held = Held::default();
     let end = loop {
         tokio::select! {
             biased;
@@ -321,7 +323,7 @@ async fn run(
                     break End::Close(why);
                 }
             }
-            incoming = socket.next(), if device.may_read() => {
+            incoming = held.next(&mut socket), if device.may_read() => {
                 silence.as_mut().reset(tokio::time::Instant::now() + heartbeat);
                 // The frames that arrived together are taken together, so their answers
                 // leave in one write instead of one write each. Each frame's answers join
@@ -336,7 +338,15 @@ async fn run(
                         None => break Some(End::Gone),
                     };
                     bytes += msg.len();
-                    if let Some(end) = take(&core, &device, &mut bucket, msg).await {
+                    let work = take(&core, &device, &mut bucket, msg);
+                    let waiting = Waiting {
+                        socket: &mut socket,
+                        device: &device,
+                        out: &mut out,
+                        held: &mut held,
+                        limit: write_limit,
+                    };
+                    if let Some(end) = waiting.serve(&core, work).await {
                         break Some(end);
                     }
                     taken += 1;
@@ -348,7 +358,7 @@ async fn run(
                     if taken == READ_ROUND || bytes >= READ_ROUND_BYTES || !device.may_read() {
                         break None;
                     }
-                    match std::future::poll_fn(|cx| Poll::Ready(socket.poll_next_unpin(cx))).await {
+                    match held.poll_next(&mut socket).await {
                         Poll::Ready(next) => incoming = next,
                         Poll::Pending => break None,
                     }
@@ -452,6 +462,149 @@ async fn say_goodbye(socket: &mut Socket, why: Close, device: &Device) {
 /// every frame was before rounds, so what a round holds at once stays small.
 const READ_ROUND: usize = 32;
 const READ_ROUND_BYTES: usize = 8 * 1024;
+
+/// What a connection read from its socket while a frame's work waited (`Waiting`), to be
+/// taken in order after it: frames, then what ended the reading (a close, an error, the
+/// end of the stream), if anything did.
+#[derive(Default)]
+struct Held {
+    frames: std::collections::VecDeque<Option<Result<Message, WsError>>>,
+    bytes: usize,
+    ended: bool,
+}
+
+impl Held {
+    /// The next message: a held one, else the socket's.
+    async fn next(&mut self, socket: &mut Socket) -> Option<Result<Message, WsError>> {
+        match self.pop() {
+            Some(held) => held,
+            None => socket.next().await,
+        }
+    }
+
+    /// `next` without the wait.
+    async fn poll_next(&mut self, socket: &mut Socket) -> Poll<Option<Result<Message, WsError>>> {
+        match self.pop() {
+            Some(held) => Poll::Ready(held),
+            None => std::future::poll_fn(|cx| Poll::Ready(socket.poll_next_unpin(cx))).await,
+        }
+    }
+
+    fn pop(&mut self) -> Option<Option<Result<Message, WsError>>> {
+        let held = self.frames.pop_front()?;
+        if let Some(Ok(msg)) = &held {
+            self.bytes -= msg.len();
+        }
+        Some(held)
+    }
+
+    fn push(&mut self, incoming: Option<Result<Message, WsError>>) {
+        match &incoming {
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => self.ended = true,
+            Some(Ok(msg)) => self.bytes += msg.len(),
+        }
+        self.frames.push_back(incoming);
+    }
+
+    /// Whether another message may be read and held: not after the end of the reading,
+    /// and at most a round's frames and bytes, so what waits stays small (past them the
+    /// client waits, by TCP backpressure).
+    fn has_room(&self) -> bool {
+        !self.ended && self.frames.len() < READ_ROUND && self.bytes < READ_ROUND_BYTES
+    }
+}
+
+/// The connection while one frame's work waits (for the database: a lookup, room in the
+/// commit queue): it goes on writing what its outbox gets (pushes, earlier frames'
+/// answers) and reading, so the client's pings are answered at once. The other frames
+/// it reads are held, in order, for after the waiting one (`Held`).
+struct Waiting<'a> {
+    socket: &'a mut Socket,
+    device: &'a Device,
+    out: &'a mut Vec<Frame>,
+    held: &'a mut Held,
+    limit: Duration,
+}
+
+impl Waiting<'_> {
+    /// Runs `work` to its end. A frame's work does not wait in the usual case, and then
+    /// nothing else is done. A write that ends the connection (it is gone, stalled or
+    /// overflowed) or a close asked of it stops the writing and the reading; the work
+    /// still runs to its end (bounded by the database's deadlines), which then returns
+    /// that end.
+    async fn serve(
+        self,
+        core: &Core,
+        work: impl std::future::Future<Output = Option<End>>,
+    ) -> Option<End> {
+        let mut work = std::pin::pin!(work);
+        let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
+        match first {
+            Poll::Ready(end) => end,
+            // Boxed: the waiting's state lives on the heap only while a frame waits, so
+            // a connection's task stays small.
+            Poll::Pending => Box::pin(self.wait(core, work)).await,
+        }
+    }
+
+    async fn wait<W: std::future::Future<Output = Option<End>>>(
+        self,
+        core: &Core,
+        mut work: std::pin::Pin<&mut W>,
+    ) -> Option<End> {
+        let Waiting {
+            socket,
+            device,
+            out,
+            held,
+            limit,
+        } = self;
+        let mut ending: Option<End> = None;
+        loop {
+            tokio::select! {
+                biased;
+                end = work.as_mut() => return end.or(ending),
+                closing = device.outbox.next(out), if ending.is_none() => {
+                    ending = send(socket, device, out, limit).await.or(closing.map(End::Close));
+                }
+                incoming = socket.next(), if ending.is_none() && held.has_room() && device.may_read() => {
+                    match incoming {
+                        Some(Ok(Message::Text(text))) if ping_now(core, device, text.as_str()) => {}
+                        // The WebSocket layer queued the pong of a ping: out it goes.
+                        Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
+                            ending = send(socket, device, out, limit).await;
+                        }
+                        incoming => held.push(incoming),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Answers `text` at once if it is a well-formed ping (`handle`'s answer to it), which
+/// carries no state and so may pass the frames read before it; `false` for any other
+/// frame.
+fn ping_now(core: &Core, device: &Device, text: &str) -> bool {
+    if text.len() > core.settings.max_frame_bytes || !text.contains("\"ping\"") {
+        return false;
+    }
+    let Ok(peek) = serde_json::from_str::<Peek>(text) else {
+        return false;
+    };
+    let Some(id) = peek.id() else {
+        return false;
+    };
+    if !matches!(&peek.kind, Some(serde_json::Value::String(k)) if k == "ping") {
+        return false;
+    }
+    telemetry::frame_in("ping");
+    device
+        .in_flight
+        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    device.answer(frames::pong(id, now_ms()));
+    true
+}
 
 /// Acts on one message from the client; `Some` ends the connection.
 async fn take(
@@ -662,7 +815,10 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
     if text.contains("\"send\"")
         && let Ok(req) = serde_json::from_str::<SendFrame>(text)
         && req._kind.as_deref() == Some("send")
-        && req.id.as_ref().is_none_or(|id| id.len() <= 64)
+        && req
+            .id
+            .as_ref()
+            .is_none_or(|id| id.len() <= frames::MAX_ID_BYTES)
     {
         telemetry::frame_in("send");
         if !bucket.take() {
@@ -678,16 +834,12 @@ async fn handle(core: &Arc<Core>, device: &Arc<Device>, bucket: &mut Bucket, tex
             return reply_err(None, Error::new(Code::BadFrame, format!("not JSON: {e}")));
         }
     };
-    let id = match &peek.id {
-        Some(serde_json::Value::String(s)) if s.len() <= 64 => Some(s.as_str()),
-        None => None,
-        Some(_) => {
-            telemetry::frame_in("invalid");
-            return reply_err(
-                None,
-                Error::new(Code::BadFrame, "id must be a string of at most 64 bytes"),
-            );
-        }
+    let Some(id) = peek.id() else {
+        telemetry::frame_in("invalid");
+        return reply_err(
+            None,
+            Error::new(Code::BadFrame, "id must be a string of at most 64 bytes"),
+        );
     };
     let kind = match &peek.kind {
         Some(serde_json::Value::String(k)) => Some(k.as_str()),

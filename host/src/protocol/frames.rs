@@ -377,6 +377,21 @@ pub struct Peek {
     pub id: Option<serde_json::Value>,
 }
 
+/// The longest `id` a client frame may carry, in bytes.
+pub const MAX_ID_BYTES: usize = 64;
+
+impl Peek {
+    /// The frame's `id`: `None` when it is not a string of at most 64 bytes (`bad_frame`),
+    /// `Some(None)` when the frame has none.
+    pub fn id(&self) -> Option<Option<&str>> {
+        match &self.id {
+            Some(serde_json::Value::String(s)) if s.len() <= MAX_ID_BYTES => Some(Some(s.as_str())),
+            None => Some(None),
+            Some(_) => None,
+        }
+    }
+}
+
 /// `send`, over WebSocket (with `type` and `id`) and as the HTTP send body.
 #[derive(Deserialize, Debug, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

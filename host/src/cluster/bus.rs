@@ -132,13 +132,13 @@ impl Bus {
             }
             Bus::Redis(conn) => {
                 let mut conn = conn.clone();
-                redis::cmd("PUBLISH")
-                    .arg(subject)
-                    .arg(payload)
-                    .query_async::<i64>(&mut conn)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                let mut cmd = redis::cmd("PUBLISH");
+                cmd.arg(subject).arg(payload);
+                match tokio::time::timeout(PUBLISH_WAIT, cmd.query_async::<i64>(&mut conn)).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("Redis publish timed out".into()),
+                }
             }
         }
     }

@@ -61,6 +61,10 @@ const RETELL_WINDOW: Duration = Duration::from_secs(10);
 /// arrives: older, it is dropped (the moment it was about is over).
 const STALE_LIVE_MS: i64 = 3_000;
 
+/// How long a live send's ack waits to hear which other nodes' devices the bus took it
+/// for; those it has not heard of by then are not counted.
+const COUNT_WAIT: Duration = Duration::from_millis(500);
+
 /// Presence changes kept to be told again while the bus is away, at most.
 const REMEMBERED_TELLS: usize = 100_000;
 
@@ -714,18 +718,26 @@ impl Cluster {
         // hear); once more a little later, for a node whose bus came back at about the same
         // moment and was not listening yet. The presence changes only then: told once.
         self.resync_switches();
+        // Taken now: a change told in the next 2 s, over the bus that is back, would
+        // otherwise drop those of the outage from the window it keeps.
+        let mut users = self.take_told();
         let this = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(2)).await;
             this.resync_switches();
-            let users: HashSet<String> = std::mem::take(&mut *this.told.lock().expect("told"))
-                .into_iter()
-                .map(|(_, user)| user)
-                .collect();
+            users.extend(this.take_told());
             if let Some(p) = this.presence.get() {
                 p.retell(users);
             }
         });
+    }
+
+    /// The users whose presence was told and kept (`note_told`), forgotten.
+    fn take_told(&self) -> HashSet<String> {
+        std::mem::take(&mut *self.told.lock().expect("told"))
+            .into_iter()
+            .map(|(_, user)| user)
+            .collect()
     }
 
     /// Presence told of `user` now: kept to be told again should the bus turn out to be
@@ -1031,7 +1043,12 @@ impl Delivery for Cluster {
         out.counted = Some(tx);
         self.queue(Out::Pushes(vec![out]));
         Box::pin(async move {
-            let remote = rx.await.unwrap_or(0);
+            // The sender's connection waits for this: a bus that holds its publishes (one
+            // that hangs, before it is noticed) costs the ack its count, not seconds.
+            let remote = match tokio::time::timeout(COUNT_WAIT, rx).await {
+                Ok(Ok(n)) => n,
+                Ok(Err(_)) | Err(_) => 0,
+            };
             Reach {
                 queued: local.queued + remote,
                 dropped: local.dropped,

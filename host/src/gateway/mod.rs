@@ -345,6 +345,8 @@ async fn run(
                         out: &mut out,
                         held: &mut held,
                         limit: write_limit,
+                        silence: silence.as_mut(),
+                        heartbeat,
                     };
                     if let Some(end) = waiting.serve(&core, work).await {
                         break Some(end);
@@ -515,8 +517,9 @@ impl Held {
 }
 
 /// The connection while one frame's work waits (for the database: a lookup, room in the
-/// commit queue): it goes on writing what its outbox gets (pushes, earlier frames'
-/// answers) and reading, so the client's pings are answered at once. The other frames
+/// commit queue): it writes the answers of the frames before it at once, goes on writing
+/// what its outbox gets (pushes, their answers) and reading, so the client's pings are
+/// answered at once. The other frames
 /// it reads are held, in order, for after the waiting one (`Held`).
 struct Waiting<'a> {
     socket: &'a mut Socket,
@@ -524,6 +527,9 @@ struct Waiting<'a> {
     out: &'a mut Vec<Frame>,
     held: &'a mut Held,
     limit: Duration,
+    /// The heartbeat's timer: what the connection reads meanwhile is a sign of life.
+    silence: std::pin::Pin<&'a mut tokio::time::Sleep>,
+    heartbeat: Duration,
 }
 
 impl Waiting<'_> {
@@ -558,8 +564,12 @@ impl Waiting<'_> {
             out,
             held,
             limit,
+            mut silence,
+            heartbeat,
         } = self;
-        let mut ending: Option<End> = None;
+        // What the frames before this one were answered goes out now, not once this
+        // one is done.
+        let mut ending = send(socket, device, out, limit).await;
         loop {
             tokio::select! {
                 biased;
@@ -568,6 +578,7 @@ impl Waiting<'_> {
                     ending = send(socket, device, out, limit).await.or(closing.map(End::Close));
                 }
                 incoming = socket.next(), if ending.is_none() && held.has_room() && device.may_read() => {
+                    silence.as_mut().reset(tokio::time::Instant::now() + heartbeat);
                     match incoming {
                         Some(Ok(Message::Text(text))) if ping_now(core, device, text.as_str()) => {}
                         // The WebSocket layer queued the pong of a ping: out it goes.

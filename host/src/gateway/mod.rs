@@ -519,8 +519,8 @@ impl Held {
 /// The connection while one frame's work waits (for the database: a lookup, room in the
 /// commit queue): it writes the answers of the frames before it at once, goes on writing
 /// what its outbox gets (pushes, their answers) and reading, so the client's pings are
-/// answered at once. The other frames
-/// it reads are held, in order, for after the waiting one (`Held`).
+/// answered at once. The other frames it reads are held, in order, for after the waiting
+/// one (`Held`).
 struct Waiting<'a> {
     socket: &'a mut Socket,
     device: &'a Device,

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::cluster::{
-    Private, Wiring, degraded_everywhere, eventually, health, node, nodes, ok_everywhere, refused,
-    services,
+    Hanging, Private, Wiring, degraded_everywhere, eventually, health, node, nodes, ok_everywhere,
+    refused, services,
 };
 use common::groups::{create, id_of, say};
 use common::server::{Backend, Db, Server, User, Ws, call, ok, peer, send_ok, text};
@@ -987,6 +987,62 @@ async fn cluster_mode_refuses_sqlite_and_a_second_node_with_the_same_id() {
 
 /// A Redis used as the bus that hangs is noticed too (its publishes time out where a
 /// NATS client's are buffered), and each node's sends go on without waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_link_to_the_bus_hung_alone_tells_its_devices_the_presence_it_missed() {
+    let test = "cluster_bus_link_hang";
+    let Some(svc) = services(test) else {
+        return;
+    };
+    let Some(nats) = Private::nats(test) else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-bus-link-hang").await;
+    let mut w = Wiring::nats(&svc, "bus-link-hang");
+    w.bus_url = nats.url();
+    let link = Hanging::start(nats.port).await;
+    let mut through = w.clone();
+    through.bus_url = format!("nats://127.0.0.1:{}", link.port);
+    let n = [node(&db, &w, 1, ""), node(&db, &through, 2, "")];
+    let alice = n[0].user("alice").await;
+    let carol = n[0].user("carol").await;
+    let dave = n[0].user("dave").await;
+    let bob = n[1].user("bob").await;
+    for (viewer, node) in [(&bob, &n[1]), (&dave, &n[0])] {
+        befriend(&n[0], &alice, node, viewer).await;
+        befriend(&n[0], &carol, node, viewer).await;
+    }
+    // Bob watches on the node whose link will hang, Dave on the other.
+    let mut bw = Ws::connect_query(&n[1].addr, &bob.token, "watch", "&presence=true")
+        .await
+        .unwrap();
+    let mut dw = Ws::connect_query(&n[0].addr, &dave.token, "watch", "&presence=true")
+        .await
+        .unwrap();
+    let a = n[0].connect(&alice, "phone").await;
+    told_until(&mut bw, &[("alice", true)]).await;
+    told_until(&mut dw, &[("alice", true)]).await;
+
+    link.hang(true);
+    eventually("the node behind the link says its bus is away", || async {
+        health(&n[1]).await["reasons"].to_string().contains("bus:")
+    })
+    .await;
+    assert_eq!(
+        health(&n[0]).await["status"],
+        "ok",
+        "the other node kept its bus"
+    );
+    a.close().await;
+    let _c = n[0].connect(&carol, "phone").await;
+    // Told on the node that kept its bus, over the bus, while bob's node could not hear.
+    told_until(&mut dw, &[("alice", false), ("carol", true)]).await;
+    // Long enough that what the link held is handed on too late to be told as it was.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    link.hang(false);
+    ok_everywhere(&n).await;
+    told_until(&mut bw, &[("alice", false), ("carol", true)]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_bus_that_hangs_is_noticed() {
     let Some(svc) = services("cluster_redis_bus_hang") else {

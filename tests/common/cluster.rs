@@ -290,6 +290,58 @@ impl Private {
     }
 }
 
+/// A TCP relay on a loopback port to `target` that may hang: while it does, it carries
+/// nothing either way and holds what it read, as a network link that stalls does, and
+/// hands it on when it goes on. Only for a node's link to the bus, the others' staying up.
+pub struct Hanging {
+    pub port: u16,
+    held: tokio::sync::watch::Sender<bool>,
+}
+
+impl Hanging {
+    pub async fn start(target: u16) -> Hanging {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (held, _) = tokio::sync::watch::channel(false);
+        let on = held.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    continue;
+                };
+                let (from_client, to_client) = client.into_split();
+                let (from_server, to_server) = server.into_split();
+                tokio::spawn(carry(from_client, to_server, on.subscribe()));
+                tokio::spawn(carry(from_server, to_client, on.subscribe()));
+            }
+        });
+        Hanging { port, held }
+    }
+
+    pub fn hang(&self, on: bool) {
+        self.held.send_replace(on);
+    }
+}
+
+/// Copies one direction of a relayed connection, holding each read while the link hangs.
+async fn carry(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut held: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if held.wait_for(|h| !*h).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
 impl Drop for Private {
     fn drop(&mut self) {
         self.down();

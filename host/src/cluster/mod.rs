@@ -68,6 +68,16 @@ const COUNT_WAIT: Duration = Duration::from_millis(500);
 /// Presence changes kept to be told again while the bus is away, at most.
 const REMEMBERED_TELLS: usize = 100_000;
 
+/// How much earlier than its last probe back a node whose bus was away looks for the
+/// presence changes the others told (`tell_missed`): a change is recorded before it is
+/// published, and the others' publishes need not reach the bus in the order of this
+/// node's.
+const MISSED_MARGIN: Duration = Duration::from_secs(5);
+
+/// Most users whose presence a node whose bus was away tells its own devices again
+/// (`tell_missed`): those told of last.
+const MISSED_MOST: usize = 10_000;
+
 /// Registrations answered in time that Redis's clock said came too late (for the log).
 static CLOCKS: Repeats = Repeats::new();
 
@@ -176,6 +186,9 @@ pub struct Cluster {
     /// `RETELL_WINDOW`, and every one while the bus is away, to be told again once it is
     /// back (what the bus lost meanwhile never reached the other nodes).
     told: Mutex<VecDeque<(Instant, String)>>,
+    /// When the bus last carried one of this node's probes back in time (at first, when
+    /// the node started): what the others published before, it heard.
+    heard: Mutex<Instant>,
 }
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
@@ -264,6 +277,7 @@ impl Cluster {
             silent: AtomicBool::new(false),
             probes: Mutex::new(VecDeque::new()),
             told: Mutex::new(VecDeque::new()),
+            heard: Mutex::new(Instant::now()),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -617,7 +631,8 @@ impl Cluster {
                     if self.silent.swap(false, Ordering::AcqRel) {
                         self.health.recover(Part::Bus);
                     }
-                    self.bus_back(&core);
+                    let heard = *self.heard.lock().expect("heard");
+                    self.bus_back(&core, heard);
                     continue;
                 }
             };
@@ -709,8 +724,9 @@ impl Cluster {
     /// while it was away is lost. Everything cached is read again, the connections another
     /// node closed meanwhile are closed (a logout, a revoke-all, a deleted account, a
     /// removed device), the plugin switches are told and asked for, and the presence
-    /// changes told meanwhile are told again.
-    fn bus_back(self: &Arc<Self>, core: &Core) {
+    /// changes told meanwhile are told again: this node's to every node, and the other
+    /// nodes' since it last `heard` them to its own devices (`tell_missed`).
+    fn bus_back(self: &Arc<Self>, core: &Core, heard: Instant) {
         core.drop_all_cached();
         self.recheck_asked.notify_one();
         // The plugin switches: this node asks for those it missed, and says those it knows
@@ -726,10 +742,52 @@ impl Cluster {
             tokio::time::sleep(Duration::from_secs(2)).await;
             this.resync_switches();
             users.extend(this.take_told());
+            this.tell_missed(heard, &users).await;
             if let Some(p) = this.presence.get() {
                 p.retell(users);
             }
         });
+    }
+
+    /// Tells this node's devices the presence of the users whose friends were told of it
+    /// by any node since `heard` (less `MISSED_MARGIN`), as they were told (what the other
+    /// nodes' devices heard; where that expired, as the routes say now), but of those
+    /// this node tells everyone again (`retold`): the bus was away for this node and may
+    /// have lost those frames, even while it carried them for the others (who then do
+    /// not tell them again). At most `MISSED_MOST` users, those told of last.
+    async fn tell_missed(&self, heard: Instant, retold: &HashSet<String>) {
+        let Some(core) = self.core.get() else { return };
+        let within = heard.elapsed() + MISSED_MARGIN;
+        let Some(told) = self
+            .redis_if_up(self.routes.told_since(within, MISSED_MOST))
+            .await
+        else {
+            tracing::warn!("the presence told while the bus was away could not be read");
+            return;
+        };
+        let (mut known, expired): (Vec<_>, Vec<_>) = told
+            .into_iter()
+            .filter(|(u, _)| !retold.contains(u))
+            .partition(|(_, online)| online.is_some());
+        let expired: Vec<String> = expired.into_iter().map(|(u, _)| u).collect();
+        for chunk in expired.chunks(routes::LOOKUP_CHUNK) {
+            match Delivery::presence(self, chunk).await {
+                Some(online) => {
+                    known.extend(chunk.iter().cloned().zip(online.into_iter().map(Some)))
+                }
+                None => tracing::warn!("presence told while the bus was away was not read"),
+            }
+        }
+        for (user, online) in &known {
+            let Some(online) = *online else { continue };
+            if let Some((to, frame, key)) = core.presence_told(user, online).await {
+                self.hub.push(&to, &frame, Class::Latest, Some(key), 0);
+            }
+        }
+        tracing::info!(
+            users = known.len(),
+            "presence told while the bus was away was told again on this node"
+        );
     }
 
     /// The users whose presence was told and kept (`note_told`), forgotten.
@@ -804,8 +862,12 @@ impl Cluster {
                 .front()
                 .is_some_and(|(_, at)| at.elapsed() >= ECHO_WAIT)
         };
-        if !late && self.silent.swap(false, Ordering::AcqRel) && self.health.recover(Part::Bus) {
-            self.bus_back(core);
+        if late {
+            return;
+        }
+        let heard = std::mem::replace(&mut *self.heard.lock().expect("heard"), Instant::now());
+        if self.silent.swap(false, Ordering::AcqRel) && self.health.recover(Part::Bus) {
+            self.bus_back(core, heard);
         }
     }
 

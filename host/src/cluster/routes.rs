@@ -12,7 +12,10 @@
 //! - `p:nodedev:{nodeId}`: the `{user}:{device}` routes a node wrote, so that when it dies
 //!   another node can take its routes out at once rather than after their expiry;
 //! - `p:nodes`: the node numbers that have run;
-//! - `p:told:{user}`: what the user's friends were last told of its presence (`1`, `0`).
+//! - `p:told:{user}`: what the user's friends were last told of its presence (`1`, `0`);
+//! - `p:toldat`: the users whose friends were told of their presence in the last
+//!   `TOLD_KEPT_MS`, scored by when (Redis's clock, ms): a node whose bus was away while
+//!   the others' was not reads which changes it did not hear (`told_since`).
 //!
 //! User ids have no `:`, so `{user}:{device}` reads back unambiguously. Each change of a
 //! route is one script (atomic in Redis); the refresh of all of a node's routes is one
@@ -231,8 +234,41 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
+/// Records a presence told: the value told (KEYS[1], with an expiry) and when (KEYS[2],
+/// a sorted set of the last `TOLD_KEPT_MS`, at most `TOLD_KEPT` users). The value told
+/// before. ARGV: `1` or `0`, ttl, `TOLD_KEPT_MS`, `TOLD_KEPT`.
+const TOLD: &str = r"
+local previous = redis.call('SET', KEYS[1], ARGV[1], 'GET', 'EX', ARGV[2])
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[2], ms, string.sub(KEYS[1], #ARGV[5] + 1))
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ms - tonumber(ARGV[3]))
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -1 - tonumber(ARGV[4]))
+return previous
+";
+
+/// The users told of in the last ARGV[1] ms (by Redis's clock), newest first, at most
+/// ARGV[2], each followed by what it was told (`1`, `0`, or `` once that expired).
+/// KEYS: the `toldat` set. ARGV[3]: the `told:` key prefix.
+const TOLD_SINCE: &str = r"
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local users = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
+local out = {}
+for _, u in ipairs(users) do
+  table.insert(out, u)
+  table.insert(out, redis.call('GET', ARGV[3] .. u) or '')
+end
+return out
+";
+
+/// How long, and for how many users at most, the presence changes told are kept in
+/// `p:toldat` (`told_since` reads no further back).
+pub const TOLD_KEPT_MS: u64 = 3_600_000;
+pub const TOLD_KEPT: usize = 100_000;
+
 /// Most users one lookup script reads (the rest go in further scripts of one pipeline).
-const LOOKUP_CHUNK: usize = 500;
+pub(super) const LOOKUP_CHUNK: usize = 500;
 
 pub struct Routes {
     redis: ConnectionManager,
@@ -246,6 +282,8 @@ pub struct Routes {
     lookup: Script,
     lease: Script,
     release: Script,
+    told: Script,
+    told_since: Script,
 }
 
 impl Routes {
@@ -262,6 +300,8 @@ impl Routes {
             lookup: Script::new(LOOKUP),
             lease: Script::new(LEASE),
             release: Script::new(RELEASE),
+            told: Script::new(TOLD),
+            told_since: Script::new(TOLD_SINCE),
         }
     }
 
@@ -478,17 +518,50 @@ impl Routes {
         Ok(out)
     }
 
-    /// Records that `user`'s friends were told `online`; what they were told before.
+    /// Records that `user`'s friends were told `online` (and when); what they were told
+    /// before.
     pub async fn told(&self, user: &str, online: bool) -> RedisResult<Option<bool>> {
-        let previous: Option<String> = redis::cmd("SET")
-            .arg(format!("{}told:{user}", self.prefix))
+        let previous: Option<String> = self
+            .told
+            .key(format!("{}told:{user}", self.prefix))
+            .key(format!("{}toldat", self.prefix))
             .arg(if online { "1" } else { "0" })
-            .arg("GET")
-            .arg("EX")
             .arg(self.ttl)
-            .query_async(&mut self.conn())
+            .arg(TOLD_KEPT_MS)
+            .arg(TOLD_KEPT)
+            .arg(format!("{}told:", self.prefix))
+            .invoke_async(&mut self.conn())
             .await?;
         Ok(previous.map(|p| p == "1"))
+    }
+
+    /// The users whose friends were told of their presence in the last `within` (by
+    /// Redis's clock; at most `TOLD_KEPT_MS` back), newest first, at most `most`, with
+    /// what they were last told (`None` once that expired: `route_ttl_secs` after it).
+    pub async fn told_since(
+        &self,
+        within: Duration,
+        most: usize,
+    ) -> RedisResult<Vec<(String, Option<bool>)>> {
+        let flat: Vec<String> = self
+            .told_since
+            .key(format!("{}toldat", self.prefix))
+            .arg(within.as_millis() as u64)
+            .arg(most)
+            .arg(format!("{}told:", self.prefix))
+            .invoke_async(&mut self.conn())
+            .await?;
+        Ok(flat
+            .chunks_exact(2)
+            .map(|p| {
+                let told = match p[1].as_str() {
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => None,
+                };
+                (p[0].clone(), told)
+            })
+            .collect())
     }
 
     /// Claims this node's number: `Err(holder)` if a live instance holds it.

@@ -6,6 +6,7 @@
 //! throttle.
 
 use serde::Serialize;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
 use crate::clock::now_ms;
 use crate::messaging::{Core, LatestKey, PRESENCE, user_key};
@@ -69,19 +70,31 @@ impl Core {
 
     /// Tells `user_id`'s friends (but those it blocks) that it is `online` now (or not).
     pub async fn tell_friends(&self, user_id: &str, online: bool) {
+        if let Some((to, frame, key)) = self.presence_told(user_id, online).await {
+            self.delivery.push(&to, &frame, Class::Latest, Some(key), 0);
+        }
+    }
+
+    /// Who hears that `user_id` is `online` now (or not): its friends, but those it
+    /// blocks; with the `presence` frame and its coalescing key. `None` if nobody does, or
+    /// the friends did not load (logged).
+    pub async fn presence_told(
+        &self,
+        user_id: &str,
+        online: bool,
+    ) -> Option<(Vec<String>, Utf8Bytes, LatestKey)> {
         let to = match self.store.presence_audience(user_id).await {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(user = %user_id, "presence not told, the friends did not load: {e}");
-                return;
+                return None;
             }
         };
         if to.is_empty() {
-            return;
+            return None;
         }
         let frame = frames::presence(user_id, online, now_ms());
-        self.delivery
-            .push(&to, &frame, Class::Latest, Some(presence_key(user_id)), 0);
+        Some((to, frame, presence_key(user_id)))
     }
 
     /// Whether `user_id` has a device online anywhere (`None`: cannot be known now).

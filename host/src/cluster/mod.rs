@@ -33,6 +33,7 @@ use crate::messaging::{
 };
 use crate::plugins::Delivery as Class;
 use crate::protocol::Close;
+use crate::social::presence::presence_frame;
 use crate::telemetry::{Repeats, Say};
 use bus::{Bus, Incoming};
 use health::{Health, Part};
@@ -189,6 +190,10 @@ pub struct Cluster {
     /// When the bus last carried one of this node's probes back in time (at first, when
     /// the node started): what the others published before, it heard.
     heard: Mutex<Instant>,
+    /// The bus refused a publish (or gave up on it), or a live send's count from other
+    /// nodes did not come within `COUNT_WAIT`: counts are not waited for until the bus
+    /// takes a publish or carries a probe back.
+    counts_late: AtomicBool,
 }
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
@@ -278,6 +283,7 @@ impl Cluster {
             probes: Mutex::new(VecDeque::new()),
             told: Mutex::new(VecDeque::new()),
             heard: Mutex::new(Instant::now()),
+            counts_late: AtomicBool::new(false),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -495,10 +501,12 @@ impl Cluster {
         match published {
             Ok(()) => {
                 self.stats.publishes.fetch_add(1, Ordering::Relaxed);
+                self.counts_late.store(false, Ordering::Release);
                 true
             }
             Err(e) => {
                 self.stats.lost.fetch_add(1, Ordering::Relaxed);
+                self.counts_late.store(true, Ordering::Release);
                 tracing::debug!("a bus message was lost ({e}); devices will pull");
                 false
             }
@@ -750,11 +758,13 @@ impl Cluster {
     }
 
     /// Tells this node's devices the presence of the users whose friends were told of it
-    /// by any node since `heard` (less `MISSED_MARGIN`), as they were told (what the other
-    /// nodes' devices heard; where that expired, as the routes say now), but of those
-    /// this node tells everyone again (`retold`): the bus was away for this node and may
-    /// have lost those frames, even while it carried them for the others (who then do
-    /// not tell them again). At most `MISSED_MOST` users, those told of last.
+    /// by any node since `heard` (less `MISSED_MARGIN`), as they were last told (what the
+    /// other nodes' devices heard; where that expired, as the routes say now), but of
+    /// those this node tells everyone again (`retold`): the bus was away for this node
+    /// and may have lost those frames, even while it carried them for the others (who
+    /// then do not tell them again). At most `MISSED_MOST` users, those told of last.
+    /// What was told is read just before the frames are queued, a chunk at a time: a
+    /// change told meanwhile over the bus comes after them.
     async fn tell_missed(&self, heard: Instant, retold: &HashSet<String>) {
         let Some(core) = self.core.get() else { return };
         let within = heard.elapsed() + MISSED_MARGIN;
@@ -765,27 +775,45 @@ impl Cluster {
             tracing::warn!("the presence told while the bus was away could not be read");
             return;
         };
-        let (mut known, expired): (Vec<_>, Vec<_>) = told
-            .into_iter()
-            .filter(|(u, _)| !retold.contains(u))
-            .partition(|(_, online)| online.is_some());
-        let expired: Vec<String> = expired.into_iter().map(|(u, _)| u).collect();
-        for chunk in expired.chunks(routes::LOOKUP_CHUNK) {
-            match Delivery::presence(self, chunk).await {
-                Some(online) => {
-                    known.extend(chunk.iter().cloned().zip(online.into_iter().map(Some)))
+        let users: Vec<String> = told.into_iter().filter(|u| !retold.contains(u)).collect();
+        let mut queued = 0;
+        for chunk in users.chunks(routes::LOOKUP_CHUNK) {
+            let mut heard_by = Vec::with_capacity(chunk.len());
+            for user in chunk {
+                if let Some(to) = core.presence_audience(user).await {
+                    heard_by.push((user.clone(), to));
                 }
-                None => tracing::warn!("presence told while the bus was away was not read"),
             }
-        }
-        for (user, online) in &known {
-            let Some(online) = *online else { continue };
-            if let Some((to, frame, key)) = core.presence_told(user, online).await {
-                self.hub.push(&to, &frame, Class::Latest, Some(key), 0);
+            let users: Vec<String> = heard_by.iter().map(|(u, _)| u.clone()).collect();
+            let Some(mut online) = self.redis_if_up(self.routes.told_values(&users)).await else {
+                tracing::warn!("the presence told while the bus was away could not be read");
+                return;
+            };
+            let expired: Vec<String> = users
+                .iter()
+                .zip(&online)
+                .filter(|(_, o)| o.is_none())
+                .map(|(u, _)| u.clone())
+                .collect();
+            if !expired.is_empty() {
+                let Some(now) = Delivery::presence(self, &expired).await else {
+                    tracing::warn!("the presence told while the bus was away could not be read");
+                    return;
+                };
+                let mut now = now.into_iter();
+                for o in online.iter_mut().filter(|o| o.is_none()) {
+                    *o = now.next();
+                }
+            }
+            for ((user, to), online) in heard_by.iter().zip(online) {
+                let Some(online) = online else { continue };
+                let (frame, key) = presence_frame(user, online);
+                self.hub.push(to, &frame, Class::Latest, Some(key), 0);
+                queued += 1;
             }
         }
         tracing::info!(
-            users = known.len(),
+            users = queued,
             "presence told while the bus was away was told again on this node"
         );
     }
@@ -866,6 +894,7 @@ impl Cluster {
             return;
         }
         let heard = std::mem::replace(&mut *self.heard.lock().expect("heard"), Instant::now());
+        self.counts_late.store(false, Ordering::Release);
         if self.silent.swap(false, Ordering::AcqRel) && self.health.recover(Part::Bus) {
             self.bus_back(core, heard);
         }
@@ -1100,16 +1129,29 @@ impl Delivery for Cluster {
         except: u64,
     ) -> BoxFuture<'a, Reach> {
         let local = self.hub.push(users, frame, class, key, except);
-        let (tx, rx) = oneshot::channel();
         let mut out = Outgoing::new(users, frame, class, key, except);
-        out.counted = Some(tx);
+        // The sender's connection waits for the count, and holds its later frames: a bus
+        // that holds its publishes (one that hangs, before it is noticed) costs one ack
+        // its count and `COUNT_WAIT`, and the acks after it their count alone.
+        let rx = if self.counts_late.load(Ordering::Acquire) {
+            None
+        } else {
+            let (tx, rx) = oneshot::channel();
+            out.counted = Some(tx);
+            Some(rx)
+        };
         self.queue(Out::Pushes(vec![out]));
         Box::pin(async move {
-            // The sender's connection waits for this: a bus that holds its publishes (one
-            // that hangs, before it is noticed) costs the ack its count, not seconds.
-            let remote = match tokio::time::timeout(COUNT_WAIT, rx).await {
-                Ok(Ok(n)) => n,
-                Ok(Err(_)) | Err(_) => 0,
+            let remote = match rx {
+                Some(rx) => match tokio::time::timeout(COUNT_WAIT, rx).await {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(_)) => 0,
+                    Err(_) => {
+                        self.counts_late.store(true, Ordering::Release);
+                        0
+                    }
+                },
+                None => 0,
             };
             Reach {
                 queued: local.queued + remote,

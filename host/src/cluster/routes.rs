@@ -248,18 +248,11 @@ return previous
 ";
 
 /// The users told of in the last ARGV[1] ms (by Redis's clock), newest first, at most
-/// ARGV[2], each followed by what it was told (`1`, `0`, or `` once that expired).
-/// KEYS: the `toldat` set. ARGV[3]: the `told:` key prefix.
+/// ARGV[2]. KEYS: the `toldat` set.
 const TOLD_SINCE: &str = r"
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local users = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
-local out = {}
-for _, u in ipairs(users) do
-  table.insert(out, u)
-  table.insert(out, redis.call('GET', ARGV[3] .. u) or '')
-end
-return out
+return redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
 ";
 
 /// How long, and for how many users at most, the presence changes told are kept in
@@ -536,30 +529,33 @@ impl Routes {
     }
 
     /// The users whose friends were told of their presence in the last `within` (by
-    /// Redis's clock; at most `TOLD_KEPT_MS` back), newest first, at most `most`, with
-    /// what they were last told (`None` once that expired: `route_ttl_secs` after it).
-    pub async fn told_since(
-        &self,
-        within: Duration,
-        most: usize,
-    ) -> RedisResult<Vec<(String, Option<bool>)>> {
-        let flat: Vec<String> = self
-            .told_since
+    /// Redis's clock; at most `TOLD_KEPT_MS` back), newest first, at most `most`.
+    pub async fn told_since(&self, within: Duration, most: usize) -> RedisResult<Vec<String>> {
+        self.told_since
             .key(format!("{}toldat", self.prefix))
             .arg(within.as_millis() as u64)
             .arg(most)
-            .arg(format!("{}told:", self.prefix))
             .invoke_async(&mut self.conn())
+            .await
+    }
+
+    /// What the friends of each of `users` were last told (`None` once that expired,
+    /// `route_ttl_secs` after it was told).
+    pub async fn told_values(&self, users: &[String]) -> RedisResult<Vec<Option<bool>>> {
+        let keys: Vec<String> = users
+            .iter()
+            .map(|u| format!("{}told:{u}", self.prefix))
+            .collect();
+        let values: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(keys)
+            .query_async(&mut self.conn())
             .await?;
-        Ok(flat
-            .chunks_exact(2)
-            .map(|p| {
-                let told = match p[1].as_str() {
-                    "1" => Some(true),
-                    "0" => Some(false),
-                    _ => None,
-                };
-                (p[0].clone(), told)
+        Ok(values
+            .into_iter()
+            .map(|v| match v.as_deref() {
+                Some("1") => Some(true),
+                Some("0") => Some(false),
+                _ => None,
             })
             .collect())
     }

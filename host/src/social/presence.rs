@@ -30,6 +30,15 @@ fn presence_key(user_id: &str) -> LatestKey {
     (0, user_key(user_id), PRESENCE)
 }
 
+/// The `presence` frame saying `user_id` is `online` now (or not), with its coalescing
+/// key (a slow reader keeps only the newest per user).
+pub fn presence_frame(user_id: &str, online: bool) -> (Utf8Bytes, LatestKey) {
+    (
+        frames::presence(user_id, online, now_ms()),
+        presence_key(user_id),
+    )
+}
+
 impl Core {
     /// The presence of those of `users` that `viewer` may see, in the order asked; the
     /// others are left out, as unknown users are.
@@ -70,31 +79,23 @@ impl Core {
 
     /// Tells `user_id`'s friends (but those it blocks) that it is `online` now (or not).
     pub async fn tell_friends(&self, user_id: &str, online: bool) {
-        if let Some((to, frame, key)) = self.presence_told(user_id, online).await {
+        if let Some(to) = self.presence_audience(user_id).await {
+            let (frame, key) = presence_frame(user_id, online);
             self.delivery.push(&to, &frame, Class::Latest, Some(key), 0);
         }
     }
 
-    /// Who hears that `user_id` is `online` now (or not): its friends, but those it
-    /// blocks; with the `presence` frame and its coalescing key. `None` if nobody does, or
-    /// the friends did not load (logged).
-    pub async fn presence_told(
-        &self,
-        user_id: &str,
-        online: bool,
-    ) -> Option<(Vec<String>, Utf8Bytes, LatestKey)> {
-        let to = match self.store.presence_audience(user_id).await {
-            Ok(f) => f,
+    /// Who hears of `user_id`'s presence: its friends, but those it blocks. `None` if
+    /// nobody does, or the friends did not load (logged).
+    pub async fn presence_audience(&self, user_id: &str) -> Option<Vec<String>> {
+        match self.store.presence_audience(user_id).await {
+            Ok(to) if to.is_empty() => None,
+            Ok(to) => Some(to),
             Err(e) => {
                 tracing::warn!(user = %user_id, "presence not told, the friends did not load: {e}");
-                return None;
+                None
             }
-        };
-        if to.is_empty() {
-            return None;
         }
-        let frame = frames::presence(user_id, online, now_ms());
-        Some((to, frame, presence_key(user_id)))
     }
 
     /// Whether `user_id` has a device online anywhere (`None`: cannot be known now).

@@ -65,7 +65,7 @@ pub enum StoreError {
         dialect: Dialect,
         cause: sqlx::migrate::MigrateError,
     },
-    #[error("database: {0}")]
+    #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
 

@@ -54,7 +54,7 @@ pub enum BatchError {
     /// committed.
     #[error("the database connection broke while committing: {0}")]
     BrokenInCommit(sqlx::Error),
-    #[error("database: {0}")]
+    #[error(transparent)]
     Db(sqlx::Error),
 }
 

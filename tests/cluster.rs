@@ -985,8 +985,8 @@ async fn cluster_mode_refuses_sqlite_and_a_second_node_with_the_same_id() {
     assert_eq!(health(&eighth).await["status"], "ok");
 }
 
-/// A Redis used as the bus that hangs is noticed too (its publishes time out where a
-/// NATS client's are buffered), and each node's sends go on without waiting for it.
+/// One node's link to the bus hangs while the other's works: the presence changes told
+/// meanwhile, over the bus it could not hear, are told to its devices once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_link_to_the_bus_hung_alone_tells_its_devices_the_presence_it_missed() {
     let test = "cluster_bus_link_hang";
@@ -1043,6 +1043,8 @@ async fn a_node_whose_link_to_the_bus_hung_alone_tells_its_devices_the_presence_
     told_until(&mut bw, &[("alice", false), ("carol", true)]).await;
 }
 
+/// A Redis used as the bus that hangs is noticed too (its publishes time out where a
+/// NATS client's are buffered), and each node's sends go on without waiting for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_bus_that_hangs_is_noticed() {
     let Some(svc) = services("cluster_redis_bus_hang") else {

@@ -194,6 +194,11 @@ pub struct Cluster {
     /// nodes did not come within `COUNT_WAIT`: counts are not waited for until the bus
     /// takes a publish or carries a probe back.
     counts_late: AtomicBool,
+    /// The newest `tell_missed` (each bus comes back starts one): an older one stops.
+    missed_scan: AtomicU64,
+    /// While `tell_missed` runs: the coalescing keys of the `latest` pushes (presence)
+    /// the bus brought meanwhile. Its own frames for those keys are older: not queued.
+    latest_heard: Mutex<Option<HashSet<LatestKey>>>,
 }
 
 /// A Redis connection that reconnects by itself and gives up a call after `REDIS_WAIT`.
@@ -284,6 +289,8 @@ impl Cluster {
             told: Mutex::new(VecDeque::new()),
             heard: Mutex::new(Instant::now()),
             counts_late: AtomicBool::new(false),
+            missed_scan: AtomicU64::new(0),
+            latest_heard: Mutex::new(None),
             stats: Stats::default(),
             core: OnceLock::new(),
             presence: OnceLock::new(),
@@ -506,6 +513,8 @@ impl Cluster {
             }
             Err(e) => {
                 self.stats.lost.fetch_add(1, Ordering::Relaxed);
+                // Whatever the cause (a bus away, a message it refuses): counts are not
+                // waited for until the next publish it takes, or a probe back (≤ 1 s).
                 self.counts_late.store(true, Ordering::Release);
                 tracing::debug!("a bus message was lost ({e}); devices will pull");
                 false
@@ -679,7 +688,15 @@ impl Cluster {
                             None => {
                                 let users: Vec<String> =
                                     p.users.iter().map(|u| u.to_string()).collect();
+                                // Noted and queued under one lock (`latest_heard`).
+                                let mut heard = (p.class == Class::Latest && p.key.is_some())
+                                    .then(|| self.latest_heard.lock().expect("latest heard"));
+                                if let (Some(Some(keys)), Some(key)) = (heard.as_deref_mut(), p.key)
+                                {
+                                    keys.insert(key);
+                                }
                                 self.hub.push(&users, &frame, p.class, p.key, p.except);
+                                drop(heard);
                             }
                         }
                     }
@@ -746,14 +763,15 @@ impl Cluster {
         // otherwise drop those of the outage from the window it keeps.
         let mut users = self.take_told();
         let this = self.clone();
+        let scan = self.missed_scan.fetch_add(1, Ordering::AcqRel) + 1;
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(2)).await;
             this.resync_switches();
             users.extend(this.take_told());
-            this.tell_missed(heard, &users).await;
             if let Some(p) = this.presence.get() {
-                p.retell(users);
+                p.retell(users.clone());
             }
+            this.tell_missed(scan, heard, &users).await;
         });
     }
 
@@ -762,10 +780,11 @@ impl Cluster {
     /// other nodes' devices heard; where that expired, as the routes say now), but of
     /// those this node tells everyone again (`retold`): the bus was away for this node
     /// and may have lost those frames, even while it carried them for the others (who
-    /// then do not tell them again). At most `MISSED_MOST` users, those told of last.
-    /// What was told is read just before the frames are queued, a chunk at a time: a
-    /// change told meanwhile over the bus comes after them.
-    async fn tell_missed(&self, heard: Instant, retold: &HashSet<String>) {
+    /// then do not tell them again). At most `MISSED_MOST` users, those told of last; it
+    /// stops at a failed read, and when a newer `bus_back` starts another (`scan`). What
+    /// was told is read just before the frames are queued, a chunk at a time, and a frame
+    /// for a user whose presence the bus brought meanwhile is not queued (`latest_heard`).
+    async fn tell_missed(&self, scan: u64, heard: Instant, retold: &HashSet<String>) {
         let Some(core) = self.core.get() else { return };
         let within = heard.elapsed() + MISSED_MARGIN;
         let Some(told) = self
@@ -776,19 +795,42 @@ impl Cluster {
             return;
         };
         let users: Vec<String> = told.into_iter().filter(|u| !retold.contains(u)).collect();
+        if users.is_empty() {
+            return;
+        }
+        *self.latest_heard.lock().expect("latest heard") = Some(HashSet::new());
+        let queued = self.tell_missed_chunks(core, scan, &users).await;
+        if self.missed_scan.load(Ordering::Acquire) == scan {
+            *self.latest_heard.lock().expect("latest heard") = None;
+        }
+        match queued {
+            Some(n) => tracing::info!(
+                users = n,
+                "presence told while the bus was away was told again on this node"
+            ),
+            None => tracing::warn!(
+                "presence told while the bus was away was not all told again on this node"
+            ),
+        }
+    }
+
+    /// `tell_missed`'s frames, `LOOKUP_CHUNK` users at a time: how many were queued, or
+    /// `None` if it stopped.
+    async fn tell_missed_chunks(&self, core: &Core, scan: u64, users: &[String]) -> Option<usize> {
         let mut queued = 0;
         for chunk in users.chunks(routes::LOOKUP_CHUNK) {
             let mut heard_by = Vec::with_capacity(chunk.len());
             for user in chunk {
-                if let Some(to) = core.presence_audience(user).await {
+                if self.missed_scan.load(Ordering::Acquire) != scan {
+                    return None;
+                }
+                let to = core.presence_audience(user).await?;
+                if !to.is_empty() {
                     heard_by.push((user.clone(), to));
                 }
             }
             let users: Vec<String> = heard_by.iter().map(|(u, _)| u.clone()).collect();
-            let Some(mut online) = self.redis_if_up(self.routes.told_values(&users)).await else {
-                tracing::warn!("the presence told while the bus was away could not be read");
-                return;
-            };
+            let mut online = self.redis_if_up(self.routes.told_values(&users)).await?;
             let expired: Vec<String> = users
                 .iter()
                 .zip(&online)
@@ -796,26 +838,23 @@ impl Cluster {
                 .map(|(u, _)| u.clone())
                 .collect();
             if !expired.is_empty() {
-                let Some(now) = Delivery::presence(self, &expired).await else {
-                    tracing::warn!("the presence told while the bus was away could not be read");
-                    return;
-                };
-                let mut now = now.into_iter();
+                let mut now = Delivery::presence(self, &expired).await?.into_iter();
                 for o in online.iter_mut().filter(|o| o.is_none()) {
                     *o = now.next();
                 }
             }
+            let latest_heard = self.latest_heard.lock().expect("latest heard");
             for ((user, to), online) in heard_by.iter().zip(online) {
                 let Some(online) = online else { continue };
                 let (frame, key) = presence_frame(user, online);
+                if latest_heard.as_ref().is_some_and(|k| k.contains(&key)) {
+                    continue;
+                }
                 self.hub.push(to, &frame, Class::Latest, Some(key), 0);
                 queued += 1;
             }
         }
-        tracing::info!(
-            users = queued,
-            "presence told while the bus was away was told again on this node"
-        );
+        Some(queued)
     }
 
     /// The users whose presence was told and kept (`note_told`), forgotten.
@@ -1254,7 +1293,10 @@ impl Delivery for Cluster {
         again: bool,
     ) -> BoxFuture<'a, bool> {
         Box::pin(async move {
-            let tell = match self.redis_if_up(self.routes.told(user_id, online)).await {
+            let tell = match self
+                .redis_if_up(self.routes.told(user_id, online, again))
+                .await
+            {
                 Some(previous) => again || previous != Some(online),
                 None => again || last != Some(online),
             };

@@ -234,16 +234,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
-/// Records a presence told: the value told (KEYS[1], with an expiry) and when (KEYS[2],
-/// a sorted set of the last `TOLD_KEPT_MS`, at most `TOLD_KEPT` users). The value told
-/// before. ARGV: `1` or `0`, ttl, `TOLD_KEPT_MS`, `TOLD_KEPT`.
+/// Records a presence about to be told: the value (KEYS[1], with an expiry), and, when it
+/// differs from the value before or is told again anyway (ARGV[6] `1`), when (KEYS[2], a
+/// sorted set of the last `TOLD_KEPT_MS`, at most `TOLD_KEPT` users). The value before.
+/// ARGV: `1` or `0`, ttl, `TOLD_KEPT_MS`, `TOLD_KEPT`, the user, again.
 const TOLD: &str = r"
 local previous = redis.call('SET', KEYS[1], ARGV[1], 'GET', 'EX', ARGV[2])
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('ZADD', KEYS[2], ms, string.sub(KEYS[1], #ARGV[5] + 1))
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ms - tonumber(ARGV[3]))
-redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -1 - tonumber(ARGV[4]))
+if previous ~= ARGV[1] or ARGV[6] == '1' then
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('ZADD', KEYS[2], ms, ARGV[5])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ms - tonumber(ARGV[3]))
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -1 - tonumber(ARGV[4]))
+end
 return previous
 ";
 
@@ -511,9 +514,9 @@ impl Routes {
         Ok(out)
     }
 
-    /// Records that `user`'s friends were told `online` (and when); what they were told
-    /// before.
-    pub async fn told(&self, user: &str, online: bool) -> RedisResult<Option<bool>> {
+    /// Records that `user`'s friends are told `online` (and when, if that is a change or
+    /// told `again`); what they were told before.
+    pub async fn told(&self, user: &str, online: bool, again: bool) -> RedisResult<Option<bool>> {
         let previous: Option<String> = self
             .told
             .key(format!("{}told:{user}", self.prefix))
@@ -522,7 +525,8 @@ impl Routes {
             .arg(self.ttl)
             .arg(TOLD_KEPT_MS)
             .arg(TOLD_KEPT)
-            .arg(format!("{}told:", self.prefix))
+            .arg(user)
+            .arg(if again { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await?;
         Ok(previous.map(|p| p == "1"))
@@ -542,6 +546,9 @@ impl Routes {
     /// What the friends of each of `users` were last told (`None` once that expired,
     /// `route_ttl_secs` after it was told).
     pub async fn told_values(&self, users: &[String]) -> RedisResult<Vec<Option<bool>>> {
+        if users.is_empty() {
+            return Ok(Vec::new());
+        }
         let keys: Vec<String> = users
             .iter()
             .map(|u| format!("{}told:{u}", self.prefix))

@@ -79,17 +79,18 @@ impl Core {
 
     /// Tells `user_id`'s friends (but those it blocks) that it is `online` now (or not).
     pub async fn tell_friends(&self, user_id: &str, online: bool) {
-        if let Some(to) = self.presence_audience(user_id).await {
+        if let Some(to) = self.presence_audience(user_id).await
+            && !to.is_empty()
+        {
             let (frame, key) = presence_frame(user_id, online);
             self.delivery.push(&to, &frame, Class::Latest, Some(key), 0);
         }
     }
 
-    /// Who hears of `user_id`'s presence: its friends, but those it blocks. `None` if
-    /// nobody does, or the friends did not load (logged).
+    /// Who hears of `user_id`'s presence: its friends, but those it blocks. `None` if the
+    /// friends did not load (logged).
     pub async fn presence_audience(&self, user_id: &str) -> Option<Vec<String>> {
         match self.store.presence_audience(user_id).await {
-            Ok(to) if to.is_empty() => None,
             Ok(to) => Some(to),
             Err(e) => {
                 tracing::warn!(user = %user_id, "presence not told, the friends did not load: {e}");

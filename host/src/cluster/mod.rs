@@ -29,7 +29,7 @@ use crate::config::ClusterConfig;
 use crate::gateway::hub::{Device, Hub};
 use crate::gateway::links::{Links, PresenceThrottle};
 use crate::messaging::{
-    ClusterStats, Core, Delivery, Forget, LatestKey, Push, PushFrame, Reach, Which,
+    ClusterStats, Core, Delivery, Forget, LatestKey, PRESENCE, Push, PushFrame, Reach, Which,
 };
 use crate::plugins::Delivery as Class;
 use crate::protocol::Close;
@@ -196,8 +196,8 @@ pub struct Cluster {
     counts_late: AtomicBool,
     /// The newest `tell_missed` (each bus comes back starts one): an older one stops.
     missed_scan: AtomicU64,
-    /// While `tell_missed` runs: the coalescing keys of the `latest` pushes (presence)
-    /// the bus brought meanwhile. Its own frames for those keys are older: not queued.
+    /// While `tell_missed` runs: the coalescing keys of the presence pushes the bus
+    /// brought meanwhile. Its own frames for those keys are older: not queued.
     latest_heard: Mutex<Option<HashSet<LatestKey>>>,
 }
 
@@ -688,8 +688,11 @@ impl Cluster {
                             None => {
                                 let users: Vec<String> =
                                     p.users.iter().map(|u| u.to_string()).collect();
-                                // Noted and queued under one lock (`latest_heard`).
-                                let mut heard = (p.class == Class::Latest && p.key.is_some())
+                                // A presence push is noted and queued under one lock
+                                // (`latest_heard`).
+                                let mut heard = p
+                                    .key
+                                    .is_some_and(|k| k.2 == PRESENCE)
                                     .then(|| self.latest_heard.lock().expect("latest heard"));
                                 if let (Some(Some(keys)), Some(key)) = (heard.as_deref_mut(), p.key)
                                 {
@@ -769,7 +772,7 @@ impl Cluster {
             this.resync_switches();
             users.extend(this.take_told());
             if let Some(p) = this.presence.get() {
-                p.retell(users.clone());
+                p.retell(&users);
             }
             this.tell_missed(scan, heard, &users).await;
         });

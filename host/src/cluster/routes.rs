@@ -90,6 +90,18 @@ end
     };
 }
 
+/// `now_ms()`: Redis's clock in Unix milliseconds.
+macro_rules! now_ms {
+    () => {
+        r"
+local function now_ms()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+"
+    };
+}
+
 /// Writes the route (the new connection wins, always: its `at` is raised past the one it
 /// replaces), notes it under the node, and counts the user's other live devices
 /// (forgetting those whose route expired). KEYS: route, dev set, node's set. ARGV: device,
@@ -101,9 +113,9 @@ end
 /// up, writes the route by its refresh, ordered by `at`).
 const REGISTER: &str = concat!(
     route_at!(),
+    now_ms!(),
     r"
-local now = redis.call('TIME')
-if tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) > tonumber(ARGV[7]) then
+if now_ms() > tonumber(ARGV[7]) then
   return {'', -1, '0'}
 end
 local old = redis.call('GET', KEYS[1])
@@ -238,25 +250,42 @@ return 1
 /// differs from the value before or is told again anyway (ARGV[6] `1`), when (KEYS[2], a
 /// sorted set of the last `TOLD_KEPT_MS`, at most `TOLD_KEPT` users). The value before.
 /// ARGV: `1` or `0`, ttl, `TOLD_KEPT_MS`, `TOLD_KEPT`, the user, again.
-const TOLD: &str = r"
+const TOLD: &str = concat!(
+    now_ms!(),
+    r"
 local previous = redis.call('SET', KEYS[1], ARGV[1], 'GET', 'EX', ARGV[2])
 if previous ~= ARGV[1] or ARGV[6] == '1' then
-  local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local ms = now_ms()
   redis.call('ZADD', KEYS[2], ms, ARGV[5])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ms - tonumber(ARGV[3]))
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -1 - tonumber(ARGV[4]))
 end
 return previous
-";
+"
+);
 
 /// The users told of in the last ARGV[1] ms (by Redis's clock), newest first, at most
 /// ARGV[2]. KEYS: the `toldat` set.
-const TOLD_SINCE: &str = r"
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-return redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', ms - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
-";
+const TOLD_SINCE: &str = concat!(
+    now_ms!(),
+    r"
+return redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', now_ms() - tonumber(ARGV[1]), 'LIMIT', 0, ARGV[2])
+"
+);
+
+/// How a presence told is kept in `p:told:{user}`.
+fn told_value(online: bool) -> &'static str {
+    if online { "1" } else { "0" }
+}
+
+/// A `p:told:{user}` as read back (`None`: not there, or not a value `told_value` writes).
+fn told_read(value: Option<&str>) -> Option<bool> {
+    match value {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
+        _ => None,
+    }
+}
 
 /// How long, and for how many users at most, the presence changes told are kept in
 /// `p:toldat` (`told_since` reads no further back).
@@ -521,7 +550,7 @@ impl Routes {
             .told
             .key(format!("{}told:{user}", self.prefix))
             .key(format!("{}toldat", self.prefix))
-            .arg(if online { "1" } else { "0" })
+            .arg(told_value(online))
             .arg(self.ttl)
             .arg(TOLD_KEPT_MS)
             .arg(TOLD_KEPT)
@@ -529,7 +558,7 @@ impl Routes {
             .arg(if again { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await?;
-        Ok(previous.map(|p| p == "1"))
+        Ok(told_read(previous.as_deref()))
     }
 
     /// The users whose friends were told of their presence in the last `within` (by
@@ -557,14 +586,7 @@ impl Routes {
             .arg(keys)
             .query_async(&mut self.conn())
             .await?;
-        Ok(values
-            .into_iter()
-            .map(|v| match v.as_deref() {
-                Some("1") => Some(true),
-                Some("0") => Some(false),
-                _ => None,
-            })
-            .collect())
+        Ok(values.iter().map(|v| told_read(v.as_deref())).collect())
     }
 
     /// Claims this node's number: `Err(holder)` if a live instance holds it.

@@ -95,17 +95,17 @@ impl PresenceThrottle {
 
     /// Tells the friends of `users` their presence now, whatever they were told last (in a
     /// cluster: the bus was away when it was told, and may have lost it).
-    pub fn retell(self: &Arc<Self>, users: HashSet<String>) {
+    pub fn retell(self: &Arc<Self>, users: &HashSet<String>) {
         {
             let mut again = self.again.lock().expect("presence");
-            for user in &users {
+            for user in users {
                 if again.len() < REMEMBERED {
                     again.insert(user.clone());
                 }
             }
         }
         for user in users {
-            self.changed(&user);
+            self.changed(user);
         }
     }
 

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::cluster::{
-    Hanging, Private, Wiring, degraded_everywhere, eventually, health, node, nodes, ok_everywhere,
-    refused, services,
+    Hanging, Private, Wiring, degraded_everywhere, eventually, health, metric, node, node_skewed,
+    nodes, ok_everywhere, refused, services, skewed,
 };
 use common::groups::{create, id_of, say};
 use common::server::{Backend, Db, Server, User, Ws, call, ok, peer, send_ok, text};
@@ -58,20 +58,39 @@ async fn befriend(a_node: &Server, a: &User, b_node: &Server, b: &User) {
 
 /// Sends typing until the node refuses it with `code` (bounded).
 async fn until_refused(ws: &mut Ws, cid: i64, code: &str) {
+    until_answered(ws, cid, code, |f| f["type"] == "error" && f["code"] == code).await;
+}
+
+/// Sends typing until the node's answer is `wanted` (bounded); `what` names it.
+async fn until_answered(ws: &mut Ws, cid: i64, what: &str, wanted: impl Fn(&Value) -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     for i in 0.. {
-        let frame = typing(&format!("until-{code}-{i}"), cid);
+        let frame = typing(&format!("until-{what}-{i}"), cid);
         ws.send(frame.clone()).await;
         let (f, _) = ws.until(|f| f["id"] == frame["id"]).await;
-        if f["type"] == "error" && f["code"] == code {
+        if wanted(&f) {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "never refused with {code}: {f}"
+            "never answered {what}: {f}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Switches the plugin `name` on or off through node `s` (`POST /admin/plugins/…`).
+async fn switch(s: &Server, name: &str, on: bool) {
+    let to = if on { "enable" } else { "disable" };
+    let (st, body) = s
+        .http(
+            "POST",
+            &format!("/admin/plugins/{name}/{to}"),
+            Some(common::server::ADMIN_TOKEN),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{to} {name}: {body}");
 }
 
 /// `GET /v1/presence` as `viewer`: `userId → online`.
@@ -480,11 +499,7 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     assert_eq!(st, 200);
     ok(&n[0], &dave, "DELETE", "/v1/devices/phone", None).await;
     // A runtime switch node 1 makes meanwhile: node 2 hears it once the bus is back.
-    let admin = common::server::ADMIN_TOKEN;
-    let (st, _) = n[0]
-        .http("POST", "/admin/plugins/typing/disable", Some(admin), None)
-        .await;
-    assert_eq!(st, 200);
+    switch(&n[0], "typing", false).await;
     for i in 1..=20 {
         send_ok(
             &mut a,
@@ -512,10 +527,7 @@ async fn nats_stopped_mid_stream_loses_nothing_and_the_nodes_recover_by_themselv
     let (code, frames) = d.closed().await;
     assert_eq!(code, Some(4009), "{frames:?}");
     until_refused(&mut b, cid, "content_type_disabled").await;
-    let (st, _) = n[0]
-        .http("POST", "/admin/plugins/typing/enable", Some(admin), None)
-        .await;
-    assert_eq!(st, 200);
+    switch(&n[0], "typing", true).await;
     // Pushes flow again; bob sees the gap and pulls what the bus lost.
     send_ok(&mut a, text("21", "m-21", peer("bob"), "m21")).await;
     let pushed = text_arrives(&mut b, "m21").await["seq"].as_i64().unwrap();
@@ -926,16 +938,9 @@ async fn what_one_node_changes_the_others_stop_caching_at_once() {
     ok(&n[0], &alice, "DELETE", "/v1/blocks/bob", None).await;
 
     // A plugin switched off on node 1 is off on node 2.
-    let admin = common::server::ADMIN_TOKEN;
-    let (st, _) = n[0]
-        .http("POST", "/admin/plugins/typing/disable", Some(admin), None)
-        .await;
-    assert_eq!(st, 200);
+    switch(&n[0], "typing", false).await;
     until_refused(&mut b, cid, "content_type_disabled").await;
-    let (st, _) = n[0]
-        .http("POST", "/admin/plugins/typing/enable", Some(admin), None)
-        .await;
-    assert_eq!(st, 200);
+    switch(&n[0], "typing", true).await;
 
     // A logout on node 1 closes bob's connection on node 2 and his token stops working
     // there.
@@ -1247,4 +1252,90 @@ async fn devices_receipts_and_offline_notices_across_nodes() {
             Some(403)
         );
     }
+}
+
+/// The `serverTime` of a `pong` from `ws`.
+async fn server_time(ws: &mut Ws, id: &str) -> i64 {
+    ws.send(json!({"type": "ping", "id": id})).await;
+    let (pong, _) = ws.until(|f| f["id"] == id).await;
+    pong["serverTime"].as_i64().unwrap()
+}
+
+/// Nodes whose machines' clocks disagree by 5 s keep one time, Redis's: a device that
+/// moves to the node behind is the newer connection there and gets what is sent to it at
+/// once, live signals from that node are not taken for stale, a plugin switch made there
+/// after one made on the other node wins, and `serverTime` agrees across the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_whose_clocks_disagree_keep_redis_time() {
+    let Some(svc) = services("cluster_clocks") else {
+        return;
+    };
+    let Some(behind) = skewed("cluster_clocks", "-5s") else {
+        return;
+    };
+    let db = Db::new(&svc.postgres, "cluster-clocks").await;
+    let w = Wiring::nats(&svc, "clocks");
+    let n = [node(&db, &w, 1, ""), node_skewed(&db, &w, 2, &behind)];
+    // Node 2 keeps Redis's time, 5 s ahead of its machine's.
+    eventually("node 2 keeps Redis's time", || async {
+        let offset = metric(&n[1], "courier_cluster_clock_offset_seconds").await;
+        offset.parse::<f64>().is_ok_and(|s| (4.0..6.0).contains(&s))
+    })
+    .await;
+    let alice = n[0].user("alice").await;
+    let bob = n[0].user("bob").await;
+    let mut b = n[0].connect(&bob, "phone").await;
+    let mut a1 = n[0].connect(&alice, "phone").await;
+    let sent = send_ok(&mut b, text("1", "c-1", peer("alice"), "one")).await;
+    let cid = sent["conversationId"].as_i64().unwrap();
+    text_arrives(&mut a1, "one").await;
+
+    // The same device on the node behind: the newer connection, whose route is written at
+    // once, so a text sent right after its connect reaches it.
+    let mut a2 = n[1].connect(&alice, "phone").await;
+    assert_eq!(a1.closed().await.0, Some(4001), "the older connection");
+    send_ok(&mut b, text("2", "c-2", peer("alice"), "two")).await;
+    text_arrives(&mut a2, "two").await;
+
+    // One time on both nodes: pongs, and texts sent through each in turn.
+    let (t1, t2) = (
+        server_time(&mut b, "p1").await,
+        server_time(&mut a2, "p2").await,
+    );
+    assert!((t2 - t1).abs() < 1_000, "pong times {t1} and {t2}");
+    for i in 0..6 {
+        let (ws, to) = if i % 2 == 0 {
+            (&mut b, "alice")
+        } else {
+            (&mut a2, "bob")
+        };
+        send_ok(
+            ws,
+            text(&format!("t{i}"), &format!("c-t{i}"), peer(to), "turn"),
+        )
+        .await;
+    }
+    let times: Vec<i64> = n[0]
+        .pull_all(&bob, cid)
+        .await
+        .iter()
+        .map(|m| m["serverTime"].as_i64().unwrap())
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[1] > w[0] - 1_000),
+        "serverTime went back across the nodes: {times:?}"
+    );
+
+    // A live signal from the node behind reaches bob on the other.
+    let ack = send_ok(&mut a2, typing("ty1", cid)).await;
+    assert_eq!(ack["delivered"], 1, "{ack}");
+    b.until(|f| f["type"] == "notify" && f["contentType"] == 5)
+        .await;
+
+    // A plugin switched off on node 1, then on again on node 2: on everywhere (node 1
+    // does not keep the older switch).
+    switch(&n[0], "typing", false).await;
+    until_refused(&mut b, cid, "content_type_disabled").await;
+    switch(&n[1], "typing", true).await;
+    until_answered(&mut b, cid, "acked", |f| f["type"] == "ack").await;
 }

@@ -1031,6 +1031,31 @@ async fn bad_input_gets_documented_codes(b: Backend) {
     }
     assert!((4..=5).contains(&limited), "{limited} of 45 limited");
 
+    // Over HTTP a user's sends, all its tokens together, have one connection's rate; a
+    // refused one is not stored.
+    let mut refused = 0;
+    for i in 0..45 {
+        let send = json!({"clientMsgId": format!("http-rl{i}"), "conversationType": 1,
+            "conversationId": cid, "contentType": 1, "payload": {"text": "over http"}});
+        let (status, answer) = s
+            .http("POST", "/v1/messages", Some(&alice.token), Some(send))
+            .await;
+        if status == 429 {
+            assert_eq!(answer["error"]["code"], "rate_limited", "{answer}");
+            refused += 1;
+        } else {
+            assert_eq!(status, 200, "{answer}");
+        }
+    }
+    assert!((4..=5).contains(&refused), "{refused} of 45 refused");
+    let stored = s
+        .pull_all(&alice, cid)
+        .await
+        .iter()
+        .filter(|m| m["payload"]["text"] == "over http")
+        .count();
+    assert_eq!(stored, 45 - refused);
+
     // A frame far above the limit closes the connection (1009), and nothing else.
     a.send_text(&"y".repeat(20_000)).await;
     assert_eq!(a.closed().await.0, Some(1009));

@@ -98,6 +98,42 @@ pub fn node(db: &Db, w: &Wiring, node: u16, extra: &str) -> Server {
     )
 }
 
+/// Node `node` of the cluster on `db`, in a process whose machine clock is off as `skew`
+/// says (`skewed`).
+pub fn node_skewed(db: &Db, w: &Wiring, node: u16, skew: &Skew) -> Server {
+    let sections = format!("{}{FAST}", w.section(node));
+    Server::start_named_with(
+        db,
+        &format!("node{node}"),
+        Sections {
+            extra: &sections,
+            ..Sections::default()
+        },
+        skew.0.clone(),
+    )
+}
+
+/// The environment that makes a process's wall clock run off by an offset, leaving its
+/// monotonic clock (timers, deadlines) alone.
+pub struct Skew(Vec<(String, String)>);
+
+/// Where Debian's `libfaketime` puts its library (`.ci/run` installs it).
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// A wall clock off by `offset` (`-5s`), or `None` after saying why the test is skipped
+/// (no libfaketime on this machine).
+pub fn skewed(test: &str, offset: &str) -> Option<Skew> {
+    if !std::path::Path::new(FAKETIME).exists() {
+        eprintln!("{test}: skipped: no {FAKETIME} (Debian's libfaketime) to skew a node's clock");
+        return None;
+    }
+    Some(Skew(vec![
+        ("LD_PRELOAD".into(), FAKETIME.into()),
+        ("FAKETIME".into(), offset.into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]))
+}
+
 /// `n` nodes, numbered from 1.
 pub async fn nodes(db: &Db, w: &Wiring, n: u16) -> Vec<Server> {
     (1..=n).map(|i| node(db, w, i, "")).collect()
@@ -140,11 +176,17 @@ pub async fn degraded_everywhere(nodes: &[Server], part: &str) {
 
 /// The `courier_degraded` sample of a node's `/metrics`.
 async fn degraded_metric(s: &Server) -> String {
+    metric(s, "courier_degraded").await
+}
+
+/// The sample of the unlabelled series `name` in a node's `/metrics` (`none` if absent).
+pub async fn metric(s: &Server, name: &str) -> String {
     let auth = format!("Bearer {ADMIN_TOKEN}");
     let a = request(&s.addr, "GET", "/metrics", &[("Authorization", &auth)], "").await;
+    let prefix = format!("{name} ");
     a.body
         .lines()
-        .find_map(|l| l.strip_prefix("courier_degraded "))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .unwrap_or("none")
         .to_string()
 }

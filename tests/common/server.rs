@@ -187,6 +187,8 @@ pub struct Server {
     pub addr: String,
     config: PathBuf,
     log: PathBuf,
+    /// Environment variables the process gets besides the test's own.
+    env: Vec<(String, String)>,
 }
 
 /// Compiled plugins shared by every test server, so start-up does not recompile them.
@@ -231,7 +233,18 @@ impl Server {
     /// As `start_sections`, with its config and log named after `name` (several servers
     /// on one database: the nodes of a cluster).
     pub fn start_named(db: &Db, name: &str, c: Sections<'_>) -> Server {
+        Server::start_named_with(db, name, c, Vec::new())
+    }
+
+    /// As `start_named`, the process (and its restarts) with the variables `env` too.
+    pub fn start_named_with(
+        db: &Db,
+        name: &str,
+        c: Sections<'_>,
+        env: Vec<(String, String)>,
+    ) -> Server {
         let mut s = Server::configured(db, name, c);
+        s.env = env;
         s.spawn();
         s
     }
@@ -287,6 +300,7 @@ impl Server {
             addr: String::new(),
             config,
             log: db.dir.join(log),
+            env: Vec::new(),
         }
     }
 
@@ -300,6 +314,7 @@ impl Server {
         let mut child = super::courier()
             .args(["serve", "--config"])
             .arg(&self.config)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(repo_root())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

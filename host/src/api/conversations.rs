@@ -29,6 +29,15 @@ pub async fn send(
     Body(req): Body<SendFrame>,
 ) -> Result<Json<SendAnswer>, Error> {
     super::no_frame_fields(req._kind.as_deref(), req.id.as_deref())?;
+    s.http_sends.take(&user).map_err(|wait| {
+        Error::rate_limited(
+            format!(
+                "more than {} sends per second over HTTP for this user; slow down",
+                s.core.settings.send_rate_per_sec
+            ),
+            wait,
+        )
+    })?;
     let core = s.core.clone();
     let prepared = tokio::task::spawn_blocking({
         let core = core.clone();

@@ -65,6 +65,7 @@ fn refresh(s: &AppState) {
         counter!(telemetry::CLUSTER_ROUNDS).absolute(c.rounds);
         counter!(telemetry::CLUSTER_PUBLISHES).absolute(c.publishes);
         counter!(telemetry::CLUSTER_LOST).absolute(c.lost);
+        gauge!(telemetry::CLUSTER_CLOCK_OFFSET).set(crate::clock::offset() as f64 / 1000.0);
     }
     // Counted since start-up by the guards themselves: set, not added.
     for (guard, n) in s.core.guards.all() {

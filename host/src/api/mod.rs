@@ -31,6 +31,7 @@ pub use metrics::new_request_id;
 use crate::auth::{Attempts, Passwords};
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::limits::Limiter;
 use crate::messaging::Core;
 use crate::plugins::{PluginRegistry, SendContext, SenderKind};
 
@@ -48,6 +49,10 @@ fn device_id(path: Segment) -> Result<String, Error> {
 }
 
 /// What every handler shares.
+/// Users whose HTTP send rate is tracked at once; past it, full allowances are forgotten,
+/// and a newcomer is refused while every tracked one is in use.
+const HTTP_SENDERS_TRACKED: usize = 100_000;
+
 #[derive(Clone)]
 pub struct AppState {
     pub registry: Arc<PluginRegistry>,
@@ -66,6 +71,9 @@ pub struct AppState {
     pub passwords: Arc<Passwords>,
     /// Rate limits of logins and registrations.
     pub attempts: Arc<Attempts>,
+    /// The rate of each user's sends over HTTP (`POST /v1/messages`), all its tokens
+    /// together: `gateway.send_rate_per_sec`, burst `gateway.send_burst`, as a connection's.
+    pub http_sends: Arc<Limiter<String>>,
 }
 
 impl AppState {
@@ -83,12 +91,21 @@ impl AppState {
             auth.attempts_per_minute_per_address,
             auth.failed_logins_per_hour_per_account,
         );
+        let g = &config.gateway;
+        let http_sends = Limiter::new(
+            g.send_burst,
+            std::time::Duration::from_secs_f64(
+                f64::from(g.send_burst) / f64::from(g.send_rate_per_sec),
+            ),
+            HTTP_SENDERS_TRACKED,
+        );
         AppState {
             registry: core.registry.clone(),
             hub,
             links,
             passwords: Arc::new(passwords),
             attempts: Arc::new(attempts),
+            http_sends: Arc::new(http_sends),
             core,
             config: Arc::new(Mutex::new(config)),
             config_path,

@@ -260,6 +260,7 @@ fn own_errors(key: &str) -> &'static [Code] {
                 Muted,
                 PermissionDenied,
                 GroupDissolved,
+                RateLimited,
             ],
         ]
         .concat()

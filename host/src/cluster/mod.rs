@@ -58,7 +58,8 @@ const ECHO_WAIT: Duration = Duration::from_secs(3);
 /// to be noticed (`ECHO_WAIT`, or NATS's own disconnect), and then some.
 const RETELL_WINDOW: Duration = Duration::from_secs(10);
 
-/// How old (by the sending node's clock) a live push from another node may be when it
+/// How old (by the time the nodes keep, Redis's: `keep_time`) a live push from another
+/// node may be when it
 /// arrives: older, it is dropped (the moment it was about is over).
 const STALE_LIVE_MS: i64 = 3_000;
 
@@ -81,6 +82,11 @@ const MISSED_MOST: usize = 10_000;
 
 /// Registrations answered in time that Redis's clock said came too late (for the log).
 static CLOCKS: Repeats = Repeats::new();
+/// A reading of Redis's clock that took longer is used only where it shows the time kept
+/// to be wrong (`keep_time`).
+const CLOCK_READ_MOST: Duration = Duration::from_millis(50);
+/// A move of the offset to Redis's clock the log tells of (ms).
+const CLOCK_MOVE_TOLD: i64 = 1_000;
 
 /// Items the forwarder may hold (a commit's pushes, a live push, a kick, a close…);
 /// beyond, what is for other nodes is dropped, counted as lost, and pulled.
@@ -241,6 +247,7 @@ impl Cluster {
             hex::encode(random_bytes::<6>())
         );
         claim(&routes, c.node_id, &token, lease).await?;
+        keep_time(&routes, 3).await;
         // Routes of this number's earlier life (a restart right after a crash): gone now,
         // not after their expiry; their users' friends are told once presence runs.
         let previous = match routes.take_out_previous().await {
@@ -381,6 +388,20 @@ impl Cluster {
         if !known.is_empty() {
             self.broadcast(wire::Message::Switches(known));
         }
+    }
+
+    /// Records a switch made on this node at `at`, and returns when it is said to be
+    /// made: after every switch of the plugin this node knows of, even one stamped a
+    /// moment later by another node (the clocks agree only to within a round trip to
+    /// Redis), since it was made after this node heard of those.
+    fn switch_made(&self, name: &str, enabled: bool, at: i64) -> i64 {
+        let mut switches = self.switches.lock().expect("switches");
+        let at = match switches.get(name) {
+            Some((_, known)) => at.max(known + 1),
+            None => at,
+        };
+        switches.insert(name.to_string(), (enabled, at));
+        at
     }
 
     /// Notes a runtime switch; whether this node should apply it: made at `since` or
@@ -973,6 +994,7 @@ impl Cluster {
                 }
                 None => continue,
             };
+            keep_time(&self.routes, 1).await;
             let rewrite = self.rewrite.swap(false, Ordering::AcqRel);
             if rewrite || refreshed.elapsed() >= self.refresh {
                 // After Redis was away: the routes of connections that closed meanwhile
@@ -1084,8 +1106,38 @@ fn wire_push<'a>(p: &'a Outgoing, users: Vec<&'a str>, frame: &'a RawValue) -> w
         except: p.except,
     }
 }
+/// Keeps Redis's time (`crate::clock`): the offset of the quickest of `tries` readings
+/// of Redis's clock. A reading that took longer than `CLOCK_READ_MOST` is used only where
+/// it shows the offset kept to be wrong (outside the reading's own uncertainty, half its
+/// round trip); one that failed is not used. Every node of the deployment so stamps,
+/// orders and measures by the one clock, its machine's off by whatever. Tells the log
+/// when the offset moved by a second or more (at start: when it is that large).
+async fn keep_time(routes: &Routes, tries: usize) {
+    let mut best: Option<(i64, Duration)> = None;
+    for _ in 0..tries {
+        if let Ok((offset, took)) = routes.clock_offset().await
+            && best.is_none_or(|(_, quickest)| took < quickest)
+        {
+            best = Some((offset, took));
+        }
+    }
+    let Some((offset, took)) = best else { return };
+    let before = crate::clock::offset();
+    let uncertain = took.as_millis() as i64 / 2 + 1;
+    if took > CLOCK_READ_MOST && (offset - before).abs() <= uncertain {
+        return;
+    }
+    crate::clock::set_offset(offset);
+    if (offset - before).abs() >= CLOCK_MOVE_TOLD {
+        tracing::warn!(
+            "this machine's clock is {:.1} s {} Redis's: the node keeps Redis's time \
+             (synchronise the clocks: NTP)",
+            offset.abs() as f64 / 1000.0,
+            if offset > 0 { "behind" } else { "ahead of" }
+        );
+    }
+}
 
-/// Claims `node` in Redis, waiting out the lease of an instance that died holding it.
 async fn claim(routes: &Routes, node: u16, token: &str, lease: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + lease + Duration::from_secs(1);
     let mut logged = false;
@@ -1280,10 +1332,15 @@ impl Delivery for Cluster {
     }
 
     fn announce(&self, forget: &Forget) {
-        if let Forget::Plugin { name, enabled, at } = forget {
-            self.switch_heard(name, *enabled, *at, i64::MIN);
-        }
-        self.broadcast(wire::Message::Forget(forget.clone()));
+        let forget = match forget {
+            Forget::Plugin { name, enabled, at } => Forget::Plugin {
+                name: name.clone(),
+                enabled: *enabled,
+                at: self.switch_made(name, *enabled, *at),
+            },
+            other => other.clone(),
+        };
+        self.broadcast(wire::Message::Forget(forget));
     }
 
     /// What friends were last told is kept in Redis, so a change one node told is not
@@ -1344,11 +1401,13 @@ impl Links for Cluster {
                 // Redis is away (or ran the call after this node gave it up): the refresh
                 // writes the route when it is back.
                 if registered.is_some() {
-                    // Answered in time, yet late by Redis's clock: the clocks disagree.
+                    // Answered in time, yet late by Redis's clock: it moved more than
+                    // REDIS_WAIT ahead since this node last read it (`keep_time`).
                     if let Say::First | Say::Again(_) = CLOCKS.failed() {
                         tracing::warn!(
-                            "Redis's clock is more than {} s ahead of this node's: routes are \
-                             written only by the refresh; synchronise the clocks (NTP)",
+                            "Redis's clock moved more than {} s ahead of the time this node \
+                             keeps (read again each second): routes are written only by the \
+                             refresh meanwhile; synchronise the clocks (NTP)",
                             REDIS_WAIT.as_secs()
                         );
                     }

@@ -5,9 +5,10 @@
 //! - `p:route:{user}:{device}`: `{nodeId}:{sessionId}:{at}` of the device's connection,
 //!   with an expiry (`route_ttl_secs`, 90 s) that the holding node refreshes. `at` (Unix
 //!   milliseconds) orders the device's connections: the newer holds the route. It is the
-//!   connection's time, raised past the route it replaced, so a registration made through
-//!   Redis is newer than what it replaced whatever the nodes' clocks say; only connections
-//!   made while Redis was away are ordered by their nodes' clocks alone;
+//!   connection's time (by the time the nodes keep, Redis's: `cluster::keep_time`), raised
+//!   past the route it replaced, so a registration made through Redis is newer than what
+//!   it replaced whatever the nodes' clocks say; connections made while Redis was away are
+//!   ordered by Redis's time as their nodes last read it;
 //! - `p:node:{nodeId}`: the live node's lease on its number (`lease_secs`);
 //! - `p:nodedev:{nodeId}`: the `{user}:{device}` routes a node wrote, so that when it dies
 //!   another node can take its routes out at once rather than after their expiry;
@@ -587,6 +588,17 @@ impl Routes {
             .query_async(&mut self.conn())
             .await?;
         Ok(values.iter().map(|v| told_read(v.as_deref())).collect())
+    }
+
+    /// How far Redis's clock is ahead of this machine's (ms, negative: behind), and how
+    /// long the call took: Redis's `TIME` set against the middle of the round trip, so
+    /// off by at most half of it.
+    pub async fn clock_offset(&self) -> RedisResult<(i64, Duration)> {
+        let (sent, started) = (crate::clock::machine_ms(), std::time::Instant::now());
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut self.conn()).await?;
+        let took = started.elapsed();
+        let middle = sent + (took.as_millis() / 2) as i64;
+        Ok((secs * 1000 + micros / 1000 - middle, took))
     }
 
     /// Claims this node's number: `Err(holder)` if a live instance holds it.

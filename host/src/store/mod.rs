@@ -965,7 +965,7 @@ pub(crate) fn log_failure(e: &dyn std::fmt::Display) {
 /// A database error, for an answer: logged (`log_failure`), answered `store_unavailable`.
 pub fn unavailable(e: sqlx::Error) -> crate::protocol::Error {
     log_failure(&e);
-    crate::protocol::Error::unavailable("the database did not answer; retry")
+    crate::protocol::Error::unavailable("the database could not answer; retry")
 }
 
 /// `n` placeholders numbered from `first`: `$3, $4` on PostgreSQL, `?, ?` on SQLite.

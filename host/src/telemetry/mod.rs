@@ -43,6 +43,7 @@ pub const BUILD_INFO: &str = "courier_build_info";
 pub const CLUSTER_ROUNDS: &str = "courier_cluster_forward_rounds_total";
 pub const CLUSTER_PUBLISHES: &str = "courier_cluster_publishes_total";
 pub const CLUSTER_LOST: &str = "courier_cluster_lost_total";
+pub const CLUSTER_CLOCK_OFFSET: &str = "courier_cluster_clock_offset_seconds";
 pub const DEGRADED: &str = "courier_degraded";
 
 /// What kind of series a metric is.
@@ -281,6 +282,12 @@ pub const SERIES: &[Series] = &[
         Counter,
         &[],
         "cluster mode: pushes and messages for other nodes that could not be sent (devices pull them)",
+    ),
+    series(
+        CLUSTER_CLOCK_OFFSET,
+        Gauge,
+        &[],
+        "cluster mode: how far the time the node keeps (Redis's clock) is ahead of its machine's clock (negative: behind)",
     ),
     series(
         BUILD_INFO,

@@ -1332,10 +1332,10 @@ async fn nodes_whose_clocks_disagree_keep_redis_time() {
     b.until(|f| f["type"] == "notify" && f["contentType"] == 5)
         .await;
 
-    // A plugin switched off on node 1, then on again on node 2: on everywhere (node 1
-    // does not keep the older switch).
+    // A plugin switched off on node 1, then, once node 2 has heard of it, on again on
+    // node 2: on everywhere (node 1 does not keep the older switch).
     switch(&n[0], "typing", false).await;
-    until_refused(&mut b, cid, "content_type_disabled").await;
+    until_refused(&mut a2, cid, "content_type_disabled").await;
     switch(&n[1], "typing", true).await;
     until_answered(&mut b, cid, "acked", |f| f["type"] == "ack").await;
 }

@@ -108,6 +108,16 @@ impl<K: Hash + Eq + Clone> Limiter<K> {
         }
     }
 
+    /// `rate_per_sec` events a second, in a burst of up to `burst` (a `Bucket` per key).
+    pub fn per_second(rate_per_sec: u32, burst: u32, max_keys: usize) -> Limiter<K> {
+        Limiter {
+            rate_per_sec: f64::from(rate_per_sec),
+            burst,
+            max_keys,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         self.burst > 0
     }

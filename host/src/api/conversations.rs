@@ -30,13 +30,8 @@ pub async fn send(
 ) -> Result<Json<SendAnswer>, Error> {
     super::no_frame_fields(req._kind.as_deref(), req.id.as_deref())?;
     s.http_sends.take(&user).map_err(|wait| {
-        Error::rate_limited(
-            format!(
-                "more than {} sends per second over HTTP for this user; slow down",
-                s.core.settings.send_rate_per_sec
-            ),
-            wait,
-        )
+        let rate = s.core.settings.send_rate_per_sec;
+        Error::send_rate(rate, "over HTTP for this user", Some(wait))
     })?;
     let core = s.core.clone();
     let prepared = tokio::task::spawn_blocking({

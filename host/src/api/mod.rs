@@ -48,11 +48,11 @@ fn device_id(path: Segment) -> Result<String, Error> {
         })
 }
 
-/// What every handler shares.
 /// Users whose HTTP send rate is tracked at once; past it, full allowances are forgotten,
 /// and a newcomer is refused while every tracked one is in use.
 const HTTP_SENDERS_TRACKED: usize = 100_000;
 
+/// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
     pub registry: Arc<PluginRegistry>,
@@ -92,13 +92,8 @@ impl AppState {
             auth.failed_logins_per_hour_per_account,
         );
         let g = &config.gateway;
-        let http_sends = Limiter::new(
-            g.send_burst,
-            std::time::Duration::from_secs_f64(
-                f64::from(g.send_burst) / f64::from(g.send_rate_per_sec),
-            ),
-            HTTP_SENDERS_TRACKED,
-        );
+        let http_sends =
+            Limiter::per_second(g.send_rate_per_sec, g.send_burst, HTTP_SENDERS_TRACKED);
         AppState {
             registry: core.registry.clone(),
             hub,

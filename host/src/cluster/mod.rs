@@ -82,10 +82,10 @@ const MISSED_MOST: usize = 10_000;
 
 /// Registrations answered in time that Redis's clock said came too late (for the log).
 static CLOCKS: Repeats = Repeats::new();
-/// A reading of Redis's clock that took longer is used only where it shows the time kept
-/// to be wrong (`keep_time`).
-const CLOCK_READ_MOST: Duration = Duration::from_millis(50);
-/// A move of the offset to Redis's clock the log tells of (ms).
+/// Rounds of three readings of Redis's clock a starting node tries.
+const START_CLOCK_TRIES: usize = 5;
+/// How far the offset to Redis's clock must be from the one the log last told for the
+/// log to tell it again (ms).
 const CLOCK_MOVE_TOLD: i64 = 1_000;
 
 /// Items the forwarder may hold (a commit's pushes, a live push, a kick, a close…);
@@ -247,7 +247,21 @@ impl Cluster {
             hex::encode(random_bytes::<6>())
         );
         claim(&routes, c.node_id, &token, lease).await?;
-        keep_time(&routes, 3).await;
+        // Redis answered the claim: the time is read before anything is stamped, a few
+        // more tries if a reading fails.
+        let mut read = false;
+        for _ in 0..START_CLOCK_TRIES {
+            read = keep_time(&routes, 3).await;
+            if read {
+                break;
+            }
+        }
+        if !read {
+            tracing::warn!(
+                "could not read Redis's clock: this node keeps its machine's time until it \
+                 can (its upkeep tries every second)"
+            );
+        }
         // Routes of this number's earlier life (a restart right after a crash): gone now,
         // not after their expiry; their users' friends are told once presence runs.
         let previous = match routes.take_out_previous().await {
@@ -1106,13 +1120,33 @@ fn wire_push<'a>(p: &'a Outgoing, users: Vec<&'a str>, frame: &'a RawValue) -> w
         except: p.except,
     }
 }
-/// Keeps Redis's time (`crate::clock`): the offset of the quickest of `tries` readings
-/// of Redis's clock. A reading that took longer than `CLOCK_READ_MOST` is used only where
-/// it shows the offset kept to be wrong (outside the reading's own uncertainty, half its
-/// round trip); one that failed is not used. Every node of the deployment so stamps,
-/// orders and measures by the one clock, its machine's off by whatever. Tells the log
-/// when the offset moved by a second or more (at start: when it is that large).
-async fn keep_time(routes: &Routes, tries: usize) {
+/// The offset to Redis's clock this node keeps: Redis's clock less this process's
+/// monotonic clock (ms), within `bound` ms either way as of `at` (half the round trip of
+/// the reading it came from), a bound that widens with age by `DRIFT_PER_SEC` (clocks
+/// drift).
+struct Kept {
+    offset: i64,
+    bound: i64,
+    at: Instant,
+    /// How far the time kept was from the machine's clock when the log last said it.
+    told: i64,
+}
+
+/// How far two clocks may drift apart in a second (ms): 500 ppm, well past what a
+/// quartz clock drifts.
+const DRIFT_PER_SEC: f64 = 0.5;
+
+/// The offset kept, once read.
+static KEPT: Mutex<Option<Kept>> = Mutex::new(None);
+
+/// Keeps Redis's time (`crate::clock::keep`) from the quickest of `tries` readings of
+/// Redis's clock. A reading is taken when it is tighter than the offset kept (whose bound
+/// widens with age), or when the two ranges do not overlap (Redis's clock was set);
+/// otherwise the offset stays, so `now_ms` does not wander by a reading's noise. Every
+/// node of the deployment so stamps, orders and measures by the one clock, its machine's
+/// off by whatever. Tells the log when the time kept is a second or more further from the
+/// machine's clock than when it last told (at start: than 0). Whether a reading came.
+async fn keep_time(routes: &Routes, tries: usize) -> bool {
     let mut best: Option<(i64, Duration)> = None;
     for _ in 0..tries {
         if let Ok((offset, took)) = routes.clock_offset().await
@@ -1121,23 +1155,52 @@ async fn keep_time(routes: &Routes, tries: usize) {
             best = Some((offset, took));
         }
     }
-    let Some((offset, took)) = best else { return };
-    let before = crate::clock::offset();
-    let uncertain = took.as_millis() as i64 / 2 + 1;
-    if took > CLOCK_READ_MOST && (offset - before).abs() <= uncertain {
-        return;
+    let Some((offset, took)) = best else {
+        return false;
+    };
+    let bound = took.as_millis() as i64 / 2 + 1;
+    let mut kept = KEPT.lock().expect("kept time");
+    let told = match &mut *kept {
+        Some(k) => {
+            let widened = k.bound + (k.at.elapsed().as_secs_f64() * DRIFT_PER_SEC) as i64;
+            let tighter = bound <= widened;
+            let apart = (offset - k.offset).abs() > bound + widened;
+            if tighter || apart {
+                (k.offset, k.bound, k.at) = (offset, bound, Instant::now());
+                crate::clock::keep(offset);
+            }
+            k.told
+        }
+        None => {
+            *kept = Some(Kept {
+                offset,
+                bound,
+                at: Instant::now(),
+                told: 0,
+            });
+            crate::clock::keep(offset);
+            0
+        }
+    };
+    // The machine's clock may have been set meanwhile, whether or not Redis's moved.
+    let behind = crate::clock::offset();
+    if (behind - told).abs() < CLOCK_MOVE_TOLD {
+        return true;
     }
-    crate::clock::set_offset(offset);
-    if (offset - before).abs() >= CLOCK_MOVE_TOLD {
-        tracing::warn!(
-            "this machine's clock is {:.1} s {} Redis's: the node keeps Redis's time \
-             (synchronise the clocks: NTP)",
-            offset.abs() as f64 / 1000.0,
-            if offset > 0 { "behind" } else { "ahead of" }
-        );
+    if let Some(k) = &mut *kept {
+        k.told = behind;
     }
+    drop(kept);
+    tracing::warn!(
+        "this machine's clock is {:.1} s {} Redis's: the node keeps Redis's time \
+         (synchronise the clocks: NTP)",
+        behind.abs() as f64 / 1000.0,
+        if behind > 0 { "behind" } else { "ahead of" }
+    );
+    true
 }
 
+/// Claims `node` in Redis, waiting out the lease of an instance that died holding it.
 async fn claim(routes: &Routes, node: u16, token: &str, lease: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + lease + Duration::from_secs(1);
     let mut logged = false;
@@ -1401,7 +1464,7 @@ impl Links for Cluster {
                 // Redis is away (or ran the call after this node gave it up): the refresh
                 // writes the route when it is back.
                 if registered.is_some() {
-                    // Answered in time, yet late by Redis's clock: it moved more than
+                    // Answered in time, yet late by Redis's clock: it was set more than
                     // REDIS_WAIT ahead since this node last read it (`keep_time`).
                     if let Say::First | Say::Again(_) = CLOCKS.failed() {
                         tracing::warn!(

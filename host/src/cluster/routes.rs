@@ -590,11 +590,11 @@ impl Routes {
         Ok(values.iter().map(|v| told_read(v.as_deref())).collect())
     }
 
-    /// How far Redis's clock is ahead of this machine's (ms, negative: behind), and how
-    /// long the call took: Redis's `TIME` set against the middle of the round trip, so
-    /// off by at most half of it.
+    /// Redis's clock less this process's monotonic clock (`clock::mono_ms`), in ms, and
+    /// how long the call took: Redis's `TIME` set against the middle of the round trip,
+    /// so off by at most half of it.
     pub async fn clock_offset(&self) -> RedisResult<(i64, Duration)> {
-        let (sent, started) = (crate::clock::machine_ms(), std::time::Instant::now());
+        let (sent, started) = (crate::clock::mono_ms(), std::time::Instant::now());
         let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut self.conn()).await?;
         let took = started.elapsed();
         let middle = sent + (took.as_millis() / 2) as i64;

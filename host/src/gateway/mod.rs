@@ -778,13 +778,7 @@ async fn within<F: std::future::Future>(
 
 /// The answer to a send over the connection's rate.
 fn rate_limited(core: &Core) -> Error {
-    Error::new(
-        Code::RateLimited,
-        format!(
-            "more than {} sends per second on this connection; slow down",
-            core.settings.send_rate_per_sec
-        ),
-    )
+    Error::send_rate(core.settings.send_rate_per_sec, "on this connection", None)
 }
 
 /// One client frame. Every error is answered on the connection, which stays open.

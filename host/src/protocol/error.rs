@@ -172,6 +172,16 @@ impl Error {
         }
     }
 
+    /// `rate_limited` for sends over `rate` a second `over` (a connection, a user's HTTP
+    /// sends); with when to retry where the answer can say it (HTTP).
+    pub fn send_rate(rate: u32, over: &str, retry_after: Option<Duration>) -> Error {
+        let message = format!("more than {rate} sends per second {over}; slow down");
+        match retry_after {
+            Some(wait) => Error::rate_limited(message, wait),
+            None => Error::new(Code::RateLimited, message),
+        }
+    }
+
     /// `busy`: the server is at a bound of its own (password hashing); retry soon.
     pub fn busy(message: impl Into<String>) -> Error {
         Error {

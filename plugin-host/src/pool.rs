@@ -169,14 +169,22 @@ impl InstancePool {
             if pooled && let Some(slot) = self.idle.pop() {
                 return Ok(slot);
             }
-            let n = self.live.count.fetch_add(1, Ordering::AcqRel);
-            if n < self.live.max {
+            // A place is taken only while under the cap, so the count never reads above
+            // it, not even for a moment (`live_instances`).
+            let max = self.live.max;
+            let placed = self
+                .live
+                .count
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .is_ok();
+            if placed {
                 return self.instantiate();
             }
-            // Registered as a waiter before giving the place back, so a slot returned in
-            // between wakes us.
+            // Registered as a waiter, then the count read again under the lock: an
+            // instance dropped in between is seen there, one dropped after wakes us.
             self.live.waiters.fetch_add(1, Ordering::AcqRel);
-            self.live.count.fetch_sub(1, Ordering::AcqRel);
             let guard = self.live.lock.lock().expect("pool wait lock");
             // An instance dropped before we took the lock: no need to wait. Otherwise
             // re-checked on wake-up or after a short while, whichever comes first.

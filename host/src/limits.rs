@@ -100,18 +100,18 @@ pub struct Limiter<K> {
 impl<K: Hash + Eq + Clone> Limiter<K> {
     /// `per_period` events per `period`, in a burst of as many; `per_period == 0`: no limit.
     pub fn new(per_period: u32, period: Duration, max_keys: usize) -> Limiter<K> {
-        Limiter {
-            rate_per_sec: f64::from(per_period) / period.as_secs_f64(),
-            burst: per_period,
-            max_keys,
-            buckets: Mutex::new(HashMap::new()),
-        }
+        let rate = f64::from(per_period) / period.as_secs_f64();
+        Limiter::with_rate(rate, per_period, max_keys)
     }
 
     /// `rate_per_sec` events a second, in a burst of up to `burst` (a `Bucket` per key).
     pub fn per_second(rate_per_sec: u32, burst: u32, max_keys: usize) -> Limiter<K> {
+        Limiter::with_rate(f64::from(rate_per_sec), burst, max_keys)
+    }
+
+    fn with_rate(rate_per_sec: f64, burst: u32, max_keys: usize) -> Limiter<K> {
         Limiter {
-            rate_per_sec: f64::from(rate_per_sec),
+            rate_per_sec,
             burst,
             max_keys,
             buckets: Mutex::new(HashMap::new()),

@@ -59,8 +59,7 @@ const ECHO_WAIT: Duration = Duration::from_secs(3);
 const RETELL_WINDOW: Duration = Duration::from_secs(10);
 
 /// How old (by the time the nodes keep, Redis's: `keep_time`) a live push from another
-/// node may be when it
-/// arrives: older, it is dropped (the moment it was about is over).
+/// node may be when it arrives: older, it is dropped (the moment it was about is over).
 const STALE_LIVE_MS: i64 = 3_000;
 
 /// How long a live send's ack waits to hear which other nodes' devices the bus took it
@@ -1160,36 +1159,27 @@ async fn keep_time(routes: &Routes, tries: usize) -> bool {
     };
     let bound = took.as_millis() as i64 / 2 + 1;
     let mut kept = KEPT.lock().expect("kept time");
-    let told = match &mut *kept {
-        Some(k) => {
-            let widened = k.bound + (k.at.elapsed().as_secs_f64() * DRIFT_PER_SEC) as i64;
-            let tighter = bound <= widened;
-            let apart = (offset - k.offset).abs() > bound + widened;
-            if tighter || apart {
-                (k.offset, k.bound, k.at) = (offset, bound, Instant::now());
-                crate::clock::keep(offset);
-            }
-            k.told
-        }
-        None => {
-            *kept = Some(Kept {
-                offset,
-                bound,
-                at: Instant::now(),
-                told: 0,
-            });
-            crate::clock::keep(offset);
-            0
-        }
-    };
+    let taken = kept.as_ref().is_none_or(|k| {
+        let widened = k.bound + (k.at.elapsed().as_secs_f64() * DRIFT_PER_SEC) as i64;
+        bound <= widened || (offset - k.offset).abs() > bound + widened
+    });
+    if taken {
+        let told = kept.as_ref().map_or(0, |k| k.told);
+        *kept = Some(Kept {
+            offset,
+            bound,
+            at: Instant::now(),
+            told,
+        });
+        crate::clock::keep(offset);
+    }
     // The machine's clock may have been set meanwhile, whether or not Redis's moved.
     let behind = crate::clock::offset();
-    if (behind - told).abs() < CLOCK_MOVE_TOLD {
+    let Some(k) = kept.as_mut() else { return true };
+    if (behind - k.told).abs() < CLOCK_MOVE_TOLD {
         return true;
     }
-    if let Some(k) = &mut *kept {
-        k.told = behind;
-    }
+    k.told = behind;
     drop(kept);
     tracing::warn!(
         "this machine's clock is {:.1} s {} Redis's: the node keeps Redis's time \
